@@ -1,0 +1,1 @@
+"""Accounts: passwords, credentials (sessions and API keys), login throttling."""

@@ -1,0 +1,37 @@
+"""The app factory: routes, error mapping and limits around a set of services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from parley import __version__
+from parley.api.errors import install_error_handlers
+from parley.api.limits import BodyLimit
+from parley.api.routes import auth, chats, health, keys
+from parley.api.state import Services
+
+
+def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
+    """Build the ASGI app. ``services`` are closed at shutdown if ``close_services``."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if close_services:
+            await services.close()
+
+    app = FastAPI(
+        title="parley",
+        version=__version__,
+        summary="A self-hostable ChatGPT-style chat service.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    for module in (health, auth, keys, chats):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes)
+    return app

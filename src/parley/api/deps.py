@@ -1,0 +1,98 @@
+"""FastAPI dependencies: services, the authenticated principal, CSRF, paging limits."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
+
+from parley.accounts.service import Principal
+from parley.api.state import Services
+from parley.domain import CredentialKind
+from parley.errors import PermissionDenied, Unauthenticated
+
+SESSION_COOKIE = "parley_session"
+CSRF_COOKIE = "parley_csrf"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="A session token from /api/auth/login, or an API key.",
+)
+cookie_scheme = APIKeyCookie(
+    name=SESSION_COOKIE,
+    auto_error=False,
+    description=f"The session cookie; unsafe methods also need the {CSRF_HEADER} header.",
+)
+
+
+def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+ServicesDep = Annotated[Services, Depends(services)]
+
+
+async def principal(
+    request: Request,
+    svc: ServicesDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    cookie: Annotated[str | None, Depends(cookie_scheme)],
+) -> Principal:
+    if request.headers.get("authorization") is not None:
+        if bearer is None or not bearer.credentials:
+            raise Unauthenticated(
+                "the Authorization header must be 'Bearer <token>'", code="invalid_authorization"
+            )
+        return await svc.accounts.authenticate(bearer.credentials)
+    if cookie:
+        who = await svc.accounts.authenticate(cookie)
+        if request.method not in SAFE_METHODS and not svc.accounts.csrf_valid(
+            who, request.headers.get(CSRF_HEADER)
+        ):
+            raise PermissionDenied(
+                f"a request authenticated by cookie must carry the {CSRF_HEADER} header "
+                "returned at login",
+                code="csrf_failed",
+            )
+        return who
+    raise Unauthenticated(
+        "authentication required: send 'Authorization: Bearer <token>' or log in",
+        code="missing_credentials",
+    )
+
+
+PrincipalDep = Annotated[Principal, Depends(principal)]
+
+
+async def session_principal(who: PrincipalDep) -> Principal:
+    """Routes that manage credentials take a login session, not an API key."""
+    if who.kind is not CredentialKind.SESSION:
+        raise PermissionDenied(
+            "this route needs a login session, not an API key", code="session_required"
+        )
+    return who
+
+
+SessionPrincipalDep = Annotated[Principal, Depends(session_principal)]
+
+
+def page_limit(
+    svc: ServicesDep,
+    limit: Annotated[
+        int | None, Query(ge=1, description="Page size; capped at the server's maximum.")
+    ] = None,
+) -> int:
+    if limit is None:
+        return svc.settings.default_page_size
+    return min(limit, svc.settings.max_page_size)
+
+
+LimitDep = Annotated[int, Depends(page_limit)]
+CursorQuery = Annotated[
+    str | None,
+    Query(max_length=512, description="next_cursor from the previous page."),
+]

@@ -1,0 +1,116 @@
+"""Chats and their history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
+from parley.api.routes import AUTHED, errors
+from parley.api.schemas import (
+    ChatCreate,
+    ChatList,
+    ChatOut,
+    ChatUpdate,
+    Deleted,
+    MessageList,
+    MessageOut,
+)
+from parley.config import Settings
+from parley.errors import ValidationFailed
+from parley.store import chats
+from parley.store.chats import Order
+
+router = APIRouter(prefix="/api/chats", tags=["chats"])
+
+DEFAULT_TITLE = "New chat"
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ChatOut,
+    responses=errors(*AUTHED, 413, 422),
+)
+async def create_chat(body: ChatCreate, who: PrincipalDep, svc: ServicesDep) -> ChatOut:
+    title = _title(body.title, svc.settings, allow_empty=True) or DEFAULT_TITLE
+    async with svc.db.transaction() as s:
+        chat = await chats.create_chat(s, user_id=who.user_id, title=title)
+    return ChatOut.model_validate(chat, from_attributes=True)
+
+
+@router.get("", response_model=ChatList, responses=errors(400, *AUTHED, 422))
+async def list_chats(
+    who: PrincipalDep, svc: ServicesDep, limit: LimitDep, cursor: CursorQuery = None
+) -> ChatList:
+    """The user's chats, most recent activity first, paged by cursor."""
+    async with svc.db.transaction() as s:
+        page = await chats.list_chats(s, user_id=who.user_id, limit=limit, cursor=cursor)
+    return ChatList(
+        data=[ChatOut.model_validate(c, from_attributes=True) for c in page.items],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.get("/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404))
+async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatOut:
+    async with svc.db.transaction() as s:
+        chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
+    return ChatOut.model_validate(chat, from_attributes=True)
+
+
+@router.patch(
+    "/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404, 413, 422)
+)
+async def rename_chat(
+    chat_id: str, body: ChatUpdate, who: PrincipalDep, svc: ServicesDep
+) -> ChatOut:
+    title = _title(body.title, svc.settings, allow_empty=False)
+    async with svc.db.transaction() as s:
+        chat = await chats.rename_chat(s, user_id=who.user_id, chat_id=chat_id, title=title)
+    return ChatOut.model_validate(chat, from_attributes=True)
+
+
+@router.delete("/{chat_id}", response_model=Deleted, responses=errors(*AUTHED, 404))
+async def delete_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> Deleted:
+    """Delete the chat with its messages and runs."""
+    async with svc.db.transaction() as s:
+        await chats.delete_chat(s, user_id=who.user_id, chat_id=chat_id)
+    return Deleted(id=chat_id, object="chat.deleted")
+
+
+@router.get(
+    "/{chat_id}/messages", response_model=MessageList, responses=errors(400, *AUTHED, 404, 422)
+)
+async def list_messages(
+    chat_id: str,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    limit: LimitDep,
+    cursor: CursorQuery = None,
+    order: Annotated[
+        Order, Query(description="desc: newest first (default); asc: oldest first.")
+    ] = "desc",
+) -> MessageList:
+    async with svc.db.transaction() as s:
+        page = await chats.list_messages(
+            s, user_id=who.user_id, chat_id=chat_id, limit=limit, cursor=cursor, order=order
+        )
+    return MessageList(
+        data=[MessageOut.model_validate(m, from_attributes=True) for m in page.items],
+        next_cursor=page.next_cursor,
+    )
+
+
+def _title(raw: str | None, settings: Settings, *, allow_empty: bool) -> str:
+    title = " ".join((raw or "").split())
+    if not title and not allow_empty:
+        raise ValidationFailed("title must not be blank", code="invalid_title", param="title")
+    if len(title) > settings.max_title_chars:
+        raise ValidationFailed(
+            f"title must be at most {settings.max_title_chars} characters",
+            code="title_too_long",
+            param="title",
+        )
+    return title

@@ -1,0 +1,176 @@
+"""Request and response bodies of the HTTP API (the public contract)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
+
+from parley.domain import MessageRole, MessageStatus
+
+
+def _storable(value: str) -> str:
+    """Text every backend can store: valid UTF-8, no NUL characters."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(examples=["invalid_request_error"])
+    code: str = Field(examples=["validation_error"])
+    message: str
+    param: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# --- accounts -----------------------------------------------------------------------------
+
+
+class Credentials(Strict):
+    email: Annotated[EmailStr, Field(max_length=320)]
+    password: Annotated[Text, Field(min_length=8, max_length=1024)]
+
+
+class LoginRequest(Strict):
+    email: Annotated[Text, Field(min_length=1, max_length=320)]
+    password: Annotated[Text, Field(min_length=1, max_length=1024)]
+
+
+class UserOut(BaseModel):
+    id: str
+    object: Literal["user"] = "user"
+    email: str
+    tier: str
+    created_at: datetime
+
+
+class AuthOut(BaseModel):
+    token: str = Field(description="Session token: send as `Authorization: Bearer`.")
+    csrf_token: str = Field(
+        description="Send as `X-CSRF-Token` on unsafe requests authenticated by the cookie."
+    )
+    expires_at: datetime
+    user: UserOut
+
+
+class TierOut(BaseModel):
+    name: str
+    priority: int
+    tokens_per_minute: int
+    burst_tokens: int
+    max_concurrent_runs: int
+    max_output_tokens: int
+    models: list[str]
+
+
+class MeOut(BaseModel):
+    user: UserOut
+    tier: TierOut
+    credential: Literal["session", "api_key"]
+
+
+class ApiKeyCreate(Strict):
+    name: Annotated[Text, Field(min_length=1)]
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    object: Literal["api_key"] = "api_key"
+    name: str
+    hint: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyOut):
+    key: str = Field(description="The secret: shown only in this response.")
+
+
+class ApiKeyList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ApiKeyOut]
+
+
+class Deleted(BaseModel):
+    id: str
+    object: str
+    deleted: Literal[True] = True
+
+
+# --- chats --------------------------------------------------------------------------------
+
+
+class ChatCreate(Strict):
+    title: Text | None = None
+
+
+class ChatUpdate(Strict):
+    title: Annotated[Text, Field(min_length=1)]
+
+
+class ChatOut(BaseModel):
+    id: str
+    object: Literal["chat"] = "chat"
+    title: str
+    message_count: int
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+
+
+class ChatList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ChatOut]
+    next_cursor: str | None
+
+
+class MessageOut(BaseModel):
+    id: str
+    object: Literal["message"] = "message"
+    chat_id: str
+    seq: int
+    role: MessageRole
+    content: str
+    status: MessageStatus
+    run_id: str | None
+    model: str | None
+    token_count: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class MessageList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MessageOut]
+    next_cursor: str | None
+
+
+# --- health -------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, str]

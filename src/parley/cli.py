@@ -1,0 +1,186 @@
+"""The ``parley`` command: serve, migrate, and user administration."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from parley.config import ConfigurationError, Settings, load_settings
+
+log = logging.getLogger("parley")
+
+Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+
+
+def _settings_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", dest="config_file", type=Path, help="TOML settings file")
+    p.add_argument("--data-dir", type=Path, help="where the embedded SQLite database lives")
+    p.add_argument("--database-url", help="sqlite:///PATH or postgresql://USER@HOST/DB")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description=__doc__)
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the whole service in one process")
+    _settings_args(serve)
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(handler=_serve)
+
+    migrate = sub.add_parser("migrate", help="apply database migrations")
+    _settings_args(migrate)
+    migrate.set_defaults(handler=_migrate)
+
+    user = sub.add_parser("user", help="manage users")
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    create = user_sub.add_parser("create", help="create a user")
+    _settings_args(create)
+    create.add_argument("email")
+    create.add_argument("--tier")
+    create.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    create.set_defaults(handler=_user_create)
+    set_tier = user_sub.add_parser("set-tier", help="move a user to another tier")
+    _settings_args(set_tier)
+    set_tier.add_argument("email")
+    set_tier.add_argument("tier")
+    set_tier.set_defaults(handler=_user_set_tier)
+    list_ = user_sub.add_parser("list", help="list users")
+    _settings_args(list_)
+    list_.set_defaults(handler=_user_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    overrides = {
+        k: getattr(args, k, None)
+        for k in ("config_file", "data_dir", "database_url", "host", "port")
+    }
+    try:
+        settings = load_settings(**overrides)
+    except ConfigurationError as e:
+        print(f"parley: {e}", file=sys.stderr)
+        return 2
+    handler: Handler = args.handler
+    try:
+        return asyncio.run(handler(args, settings))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(_: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from parley.api.app import create_app
+    from parley.api.state import build_services
+    from parley.store.migrate import upgrade
+
+    services = build_services(settings)
+    await upgrade(services.db)
+    app = create_app(services)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="info", lifespan="on"
+    )
+    log.info("parley serving on http://%s:%d", settings.host, settings.port)
+    await uvicorn.Server(config).serve()
+    return 0
+
+
+async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.store.database import Database
+    from parley.store.migrate import current_revision, upgrade
+
+    db = Database(settings.resolved_database_url)
+    try:
+        await upgrade(db)
+        print(f"database at revision {await current_revision(db)}")
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.passwords import Passwords
+    from parley.api.schemas import Credentials
+    from parley.store import users
+    from parley.store.database import Database
+    from parley.store.migrate import upgrade
+
+    tier = args.tier or settings.default_tier
+    if tier not in settings.tiers:
+        return _fail(f"unknown tier {tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+    try:
+        creds = Credentials(email=args.email, password=password)
+    except ValueError as e:
+        return _fail(str(e))
+    db = Database(settings.resolved_database_url)
+    try:
+        await upgrade(db)
+        password_hash = await Passwords().hash(creds.password)
+        async with db.transaction() as s:
+            user = await users.create_user(
+                s, email=creds.email, password_hash=password_hash, tier=tier
+            )
+        print(f"{user.id}\t{user.email}\t{user.tier}")
+    except Exception as e:
+        return _fail(str(e))
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def _user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import users
+    from parley.store.database import Database
+
+    if args.tier not in settings.tiers:
+        return _fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    db = Database(settings.resolved_database_url)
+    try:
+        async with db.transaction() as s:
+            user = await users.find_user_by_email(s, args.email)
+            if user is None:
+                return _fail(f"no user with email {args.email!r}")
+            await users.set_tier(s, user, args.tier)
+        print(f"{user.id}\t{user.email}\t{args.tier}")
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def _user_list(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import users
+    from parley.store.database import Database
+
+    db = Database(settings.resolved_database_url)
+    try:
+        async with db.transaction() as s:
+            rows = await users.list_users(s)
+    finally:
+        await db.dispose()
+    for user in rows:
+        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.created_at.isoformat()}")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"parley: {message}", file=sys.stderr)
+    return 1

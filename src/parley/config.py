@@ -1,0 +1,221 @@
+"""Settings, validated once at start-up.
+
+Sources, highest priority first: keyword arguments (the CLI's flags), the
+environment (``PARLEY_…``, nested with ``__``), an optional TOML file
+(``--config`` or ``PARLEY_CONFIG_FILE``), then the defaults below. Nothing here
+runs at import time: call :func:`load_settings`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from parley.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SECRET = "change-me"  # noqa: S105 - the sentinel that production refuses
+
+
+class Environment(StrEnum):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+class TierSettings(BaseModel):
+    """One service tier. The numbers are used by admission (QoS)."""
+
+    model_config = {"extra": "forbid"}
+
+    priority: int = Field(ge=0, description="Higher is served first.")
+    tokens_per_minute: int = Field(gt=0, description="Budget refill rate, in tokens.")
+    burst_tokens: int = Field(gt=0, description="Budget capacity, in tokens.")
+    max_concurrent_runs: int = Field(gt=0)
+    max_output_tokens: int = Field(gt=0)
+    models: list[str] = Field(default_factory=lambda: ["*"], description='"*" allows every model.')
+    downgrade_model: str | None = None
+
+
+def default_tiers() -> dict[str, TierSettings]:
+    return {
+        "free": TierSettings(
+            priority=0,
+            tokens_per_minute=2_000,
+            burst_tokens=20_000,
+            max_concurrent_runs=1,
+            max_output_tokens=512,
+        ),
+        "plus": TierSettings(
+            priority=1,
+            tokens_per_minute=10_000,
+            burst_tokens=100_000,
+            max_concurrent_runs=3,
+            max_output_tokens=2_048,
+        ),
+        "pro": TierSettings(
+            priority=2,
+            tokens_per_minute=50_000,
+            burst_tokens=500_000,
+            max_concurrent_runs=8,
+            max_output_tokens=4_096,
+        ),
+    }
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the TOML file named by ``config_file`` (argument or environment)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self._values: dict[str, Any] = {}
+        if path is not None:
+            try:
+                with path.open("rb") as f:
+                    self._values = tomllib.load(f)
+            except FileNotFoundError as e:
+                raise ConfigurationError(f"config file not found: {path}") from e
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigurationError(f"config file {path} is not valid TOML: {e}") from e
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    config_file: Path | None = None
+    environment: Environment = Environment.DEVELOPMENT
+    secret_key: SecretStr = SecretStr(DEFAULT_SECRET)
+
+    data_dir: Path = Path("data")
+    database_url: str | None = Field(
+        default=None,
+        description="sqlite:///PATH or postgresql://…; defaults to SQLite in data_dir.",
+    )
+    database_echo: bool = False
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+
+    session_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
+    cookie_secure: bool | None = Field(
+        default=None, description="Secure cookies; defaults to on in production."
+    )
+
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    max_message_chars: int = Field(default=32_000, gt=0)
+    max_title_chars: int = Field(default=200, gt=0)
+    max_key_name_chars: int = Field(default=100, gt=0)
+    default_page_size: int = Field(default=20, gt=0)
+    max_page_size: int = Field(default=100, gt=0)
+
+    login_free_failures: int = Field(default=5, ge=1)
+    login_failure_window_seconds: int = Field(default=900, gt=0)
+    login_max_delay_seconds: int = Field(default=900, gt=0)
+
+    tiers: dict[str, TierSettings] = Field(default_factory=default_tiers)
+    default_tier: str = "free"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path: Path | str | None = None
+        if isinstance(init_settings, InitSettingsSource):
+            path = init_settings.init_kwargs.get("config_file")
+        path = path or os.environ.get("PARLEY_CONFIG_FILE")
+        toml = _TomlFileSource(settings_cls, Path(path) if path else None)
+        return (init_settings, env_settings, toml)
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, url: str | None) -> str | None:
+        return None if url is None else normalize_database_url(url)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if not self.tiers:
+            raise ValueError("at least one tier must be configured")
+        if self.default_tier not in self.tiers:
+            raise ValueError(
+                f"default_tier {self.default_tier!r} is not one of the tiers {sorted(self.tiers)}"
+            )
+        if self.default_page_size > self.max_page_size:
+            raise ValueError("default_page_size must not exceed max_page_size")
+        if (
+            self.environment is Environment.PRODUCTION
+            and self.secret_key.get_secret_value() == DEFAULT_SECRET
+        ):
+            raise ValueError(
+                "secret_key is left at its default; set PARLEY_SECRET_KEY to a long random "
+                "value (for example: python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+            )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'parley.db').resolve()}"
+
+    @property
+    def secure_cookies(self) -> bool:
+        if self.cookie_secure is not None:
+            return self.cookie_secure
+        return self.environment is Environment.PRODUCTION
+
+
+def normalize_database_url(url: str) -> str:
+    """Map plain ``sqlite://`` and ``postgresql://`` URLs to their async drivers."""
+    for plain, driver in (
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(plain):
+            return driver + url[len(plain) :]
+    if url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        return url
+    raise ValueError("database_url must start with sqlite:// or postgresql://")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build and validate the settings; raise ConfigurationError with a readable reason."""
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        reasons = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ConfigurationError(f"invalid settings: {reasons}") from e
+    if settings.secret_key.get_secret_value() == DEFAULT_SECRET:
+        log.warning("secret_key is at its default: fine for development, refused in production")
+    return settings

@@ -1,0 +1,57 @@
+"""Core types shared by every layer: states as Enums, ids, clocks."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from enum import StrEnum
+
+
+class MessageRole(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class MessageStatus(StrEnum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+class RunStatus(StrEnum):
+    """The life of one generation: queued → running → one of TERMINAL."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_RUN_STATUSES
+
+
+TERMINAL_RUN_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.REJECTED}
+)
+
+
+class CredentialKind(StrEnum):
+    """How a request proved who it is."""
+
+    SESSION = "session"
+    API_KEY = "api_key"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str) -> str:
+    """An opaque, unguessable id such as ``chat_3q2…``."""
+    return f"{prefix}_{secrets.token_hex(12)}"

@@ -1,0 +1,90 @@
+"""The one error tree of parley.
+
+Every failure a client can cause or observe is a ``ParleyError``. The HTTP edge
+(``parley.api.errors``) maps them to a status code and the JSON error shape
+``{"error": {"type", "code", "message", "param"}}``; nothing else in the code
+knows about HTTP status codes.
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base of all errors parley reports to its clients."""
+
+    status_code: int = 500
+    type: str = "server_error"
+    code: str = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+        self.retry_after = retry_after
+
+
+class InvalidRequest(ParleyError):
+    status_code = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class Unauthenticated(ParleyError):
+    status_code = 401
+    type = "authentication_error"
+    code = "invalid_credentials"
+
+
+class PermissionDenied(ParleyError):
+    status_code = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class NotFound(ParleyError):
+    status_code = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class Conflict(ParleyError):
+    status_code = 409
+    type = "conflict_error"
+    code = "conflict"
+
+
+class PayloadTooLarge(ParleyError):
+    status_code = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class ValidationFailed(ParleyError):
+    status_code = 422
+    type = "invalid_request_error"
+    code = "validation_error"
+
+
+class RateLimited(ParleyError):
+    status_code = 429
+    type = "rate_limit_error"
+    code = "rate_limited"
+
+
+class Unavailable(ParleyError):
+    status_code = 503
+    type = "service_unavailable"
+    code = "unavailable"
+
+
+class ConfigurationError(Exception):
+    """Settings that cannot be used; raised at start-up, never seen by clients."""

@@ -1,0 +1,1 @@
+"""Persistence: the schema, the database handle, migrations and queries scoped by user."""

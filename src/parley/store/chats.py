@@ -1,0 +1,127 @@
+"""Queries on chats and their messages, always scoped by user first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.domain import new_id, utcnow
+from parley.errors import NotFound
+from parley.store.pages import Page, decode_cursor, invalid_cursor, page_of
+from parley.store.schema import Chat, Message, Run
+
+Order = Literal["asc", "desc"]
+
+
+def _chat_not_found(chat_id: str) -> NotFound:
+    return NotFound(f"no chat with id {chat_id!r}", code="chat_not_found", param="chat_id")
+
+
+async def create_chat(s: AsyncSession, *, user_id: str, title: str) -> Chat:
+    now = utcnow()
+    chat = Chat(
+        id=new_id("chat"),
+        user_id=user_id,
+        title=title,
+        message_count=0,
+        created_at=now,
+        updated_at=now,
+        last_activity_at=now,
+    )
+    s.add(chat)
+    await s.flush()
+    return chat
+
+
+async def get_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> Chat:
+    """The user's chat, or NotFound: another user's chat does not exist for this one."""
+    chat = await s.scalar(select(Chat).where(Chat.user_id == user_id, Chat.id == chat_id))
+    if chat is None:
+        raise _chat_not_found(chat_id)
+    return chat
+
+
+async def list_chats(
+    s: AsyncSession, *, user_id: str, limit: int, cursor: str | None
+) -> Page[Chat]:
+    """The user's chats, most recent activity first."""
+    query = select(Chat).where(Chat.user_id == user_id)
+    if cursor is not None:
+        at_iso, last_id = decode_cursor(cursor, str, str)
+        at = _parse_time(at_iso)
+        query = query.where(
+            or_(
+                Chat.last_activity_at < at,
+                and_(Chat.last_activity_at == at, Chat.id < last_id),
+            )
+        )
+    query = query.order_by(Chat.last_activity_at.desc(), Chat.id.desc()).limit(limit + 1)
+    rows = list(await s.scalars(query))
+    return page_of(rows, limit, lambda c: (c.last_activity_at.isoformat(), c.id))
+
+
+async def rename_chat(s: AsyncSession, *, user_id: str, chat_id: str, title: str) -> Chat:
+    chat = await get_chat(s, user_id=user_id, chat_id=chat_id)
+    chat.title = title
+    chat.updated_at = utcnow()
+    await s.flush()
+    return chat
+
+
+async def delete_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> None:
+    await get_chat(s, user_id=user_id, chat_id=chat_id)
+    for table in (Run, Message):
+        await s.execute(delete(table).where(table.user_id == user_id, table.chat_id == chat_id))
+    await s.execute(delete(Chat).where(Chat.user_id == user_id, Chat.id == chat_id))
+
+
+async def list_messages(
+    s: AsyncSession,
+    *,
+    user_id: str,
+    chat_id: str,
+    limit: int,
+    cursor: str | None,
+    order: Order,
+) -> Page[Message]:
+    await get_chat(s, user_id=user_id, chat_id=chat_id)
+    query = select(Message).where(Message.user_id == user_id, Message.chat_id == chat_id)
+    if cursor is not None:
+        (seq,) = decode_cursor(cursor, int)
+        query = query.where(Message.seq < seq if order == "desc" else Message.seq > seq)
+    by = Message.seq.desc() if order == "desc" else Message.seq.asc()
+    rows = list(await s.scalars(query.order_by(by).limit(limit + 1)))
+    return page_of(rows, limit, lambda m: (m.seq,))
+
+
+async def add_message(s: AsyncSession, message: Message) -> Message:
+    """Append a message to its chat: next seq, and the chat's activity moves to now."""
+    seq = await s.scalar(
+        update(Chat)
+        .where(Chat.user_id == message.user_id, Chat.id == message.chat_id)
+        .values(message_count=Chat.message_count + 1, last_activity_at=message.created_at)
+        .returning(Chat.message_count)
+    )
+    if seq is None:
+        raise _chat_not_found(message.chat_id)
+    message.seq = seq
+    s.add(message)
+    await s.flush()
+    return message
+
+
+def new_message_id() -> str:
+    return new_id("msg")
+
+
+def _parse_time(value: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise invalid_cursor() from None
+    if at.tzinfo is None:
+        raise invalid_cursor()
+    return at

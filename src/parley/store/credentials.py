@@ -1,0 +1,101 @@
+"""Queries on the two kinds of credential: login sessions and API keys.
+
+Only SHA-256 hashes of the secrets are stored; a lookup hashes what the client
+sent. Revocation sets ``revoked_at``; expired or revoked rows never authenticate.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.domain import new_id, utcnow
+from parley.store.schema import ApiKey, Session
+
+# A key's last_used_at is refreshed at most this often, so reads stay reads.
+LAST_USED_GRANULARITY = timedelta(minutes=1)
+
+
+async def create_session(
+    s: AsyncSession, *, user_id: str, token_hash: str, ttl: timedelta
+) -> Session:
+    now = utcnow()
+    row = Session(
+        id=new_id("sess"),
+        user_id=user_id,
+        token_hash=token_hash,
+        created_at=now,
+        expires_at=now + ttl,
+        revoked_at=None,
+    )
+    s.add(row)
+    await s.flush()
+    return row
+
+
+async def find_live_session(s: AsyncSession, token_hash: str, now: datetime) -> Session | None:
+    return await s.scalar(
+        select(Session).where(
+            Session.token_hash == token_hash,
+            Session.revoked_at.is_(None),
+            Session.expires_at > now,
+        )
+    )
+
+
+async def revoke_session(s: AsyncSession, *, user_id: str, session_id: str) -> None:
+    await s.execute(
+        update(Session)
+        .where(Session.user_id == user_id, Session.id == session_id, Session.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+    )
+
+
+async def create_api_key(
+    s: AsyncSession, *, user_id: str, name: str, token_hash: str, hint: str
+) -> ApiKey:
+    row = ApiKey(
+        id=new_id("key"),
+        user_id=user_id,
+        name=name,
+        token_hash=token_hash,
+        hint=hint,
+        created_at=utcnow(),
+        last_used_at=None,
+        revoked_at=None,
+    )
+    s.add(row)
+    await s.flush()
+    return row
+
+
+async def find_live_api_key(s: AsyncSession, token_hash: str) -> ApiKey | None:
+    return await s.scalar(
+        select(ApiKey).where(ApiKey.token_hash == token_hash, ApiKey.revoked_at.is_(None))
+    )
+
+
+async def touch_api_key(s: AsyncSession, key: ApiKey, now: datetime) -> None:
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_GRANULARITY:
+        key.last_used_at = now
+
+
+async def list_api_keys(s: AsyncSession, user_id: str) -> list[ApiKey]:
+    return list(
+        await s.scalars(
+            select(ApiKey)
+            .where(ApiKey.user_id == user_id, ApiKey.revoked_at.is_(None))
+            .order_by(ApiKey.created_at.desc(), ApiKey.id.desc())
+        )
+    )
+
+
+async def revoke_api_key(s: AsyncSession, *, user_id: str, key_id: str) -> bool:
+    result = await s.execute(
+        update(ApiKey)
+        .where(ApiKey.user_id == user_id, ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+    )
+    return bool(getattr(result, "rowcount", 0))
