@@ -11,7 +11,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from parley.config import ConfigurationError, Settings, load_settings
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from parley.config import Settings, load_settings
+from parley.errors import ConfigurationError
+from parley.store.database import Database
 
 log = logging.getLogger("parley")
 
@@ -80,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(handler(args, settings))
     except KeyboardInterrupt:
         return 130
+    except (OSError, SQLAlchemyError) as e:
+        reason = getattr(e, "orig", None) or e
+        return _fail(f"cannot use the database {_safe_url(settings)}: {reason}")
 
 
 async def _serve(_: argparse.Namespace, settings: Settings) -> int:
@@ -101,12 +109,10 @@ async def _serve(_: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
-    from parley.store.database import Database
-    from parley.store.migrate import current_revision, upgrade
+    from parley.store.migrate import current_revision
 
-    db = Database(settings.resolved_database_url)
+    db = await _open_db(settings)
     try:
-        await upgrade(db)
         print(f"database at revision {await current_revision(db)}")
     finally:
         await db.dispose()
@@ -117,8 +123,6 @@ async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
     from parley.accounts.passwords import Passwords
     from parley.api.schemas import Credentials
     from parley.store import users
-    from parley.store.database import Database
-    from parley.store.migrate import upgrade
 
     tier = args.tier or settings.default_tier
     if tier not in settings.tiers:
@@ -131,9 +135,8 @@ async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
         creds = Credentials(email=args.email, password=password)
     except ValueError as e:
         return _fail(str(e))
-    db = Database(settings.resolved_database_url)
+    db = await _open_db(settings)
     try:
-        await upgrade(db)
         password_hash = await Passwords().hash(creds.password)
         async with db.transaction() as s:
             user = await users.create_user(
@@ -149,11 +152,10 @@ async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
     from parley.store import users
-    from parley.store.database import Database
 
     if args.tier not in settings.tiers:
         return _fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
-    db = Database(settings.resolved_database_url)
+    db = await _open_db(settings)
     try:
         async with db.transaction() as s:
             user = await users.find_user_by_email(s, args.email)
@@ -168,9 +170,8 @@ async def _user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _user_list(_: argparse.Namespace, settings: Settings) -> int:
     from parley.store import users
-    from parley.store.database import Database
 
-    db = Database(settings.resolved_database_url)
+    db = await _open_db(settings)
     try:
         async with db.transaction() as s:
             rows = await users.list_users(s)
@@ -179,6 +180,19 @@ async def _user_list(_: argparse.Namespace, settings: Settings) -> int:
     for user in rows:
         print(f"{user.id}\t{user.email}\t{user.tier}\t{user.created_at.isoformat()}")
     return 0
+
+
+async def _open_db(settings: Settings) -> Database:
+    """The database, migrated to the current schema (operators need not run migrate first)."""
+    from parley.store.migrate import upgrade
+
+    db = Database(settings.resolved_database_url)
+    await upgrade(db)
+    return db
+
+
+def _safe_url(settings: Settings) -> str:
+    return make_url(settings.resolved_database_url).render_as_string(hide_password=True)
 
 
 def _fail(message: str) -> int:

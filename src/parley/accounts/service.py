@@ -121,7 +121,11 @@ class Accounts:
                 "the token is not valid, has expired or was revoked", code="invalid_token"
             )
         return Principal(
-            user_id=user.id, email=user.email, tier=user.tier, kind=kind, credential_id=credential.id
+            user_id=user.id,
+            email=user.email,
+            tier=user.tier,
+            kind=kind,
+            credential_id=credential.id,
         )
 
     async def me(self, principal: Principal) -> User:
@@ -151,7 +155,9 @@ class Accounts:
         async with self._db.transaction() as s:
             found = await credentials.revoke_api_key(s, user_id=principal.user_id, key_id=key_id)
         if not found:
-            raise NotFound(f"no API key with id {key_id!r}", code="api_key_not_found", param="key_id")
+            raise NotFound(
+                f"no API key with id {key_id!r}", code="api_key_not_found", param="key_id"
+            )
 
     def csrf_token(self, session_id: str) -> str:
         return tokens.csrf_token(self._settings.secret_key.get_secret_value(), session_id)

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from parley.errors import ParleyError, Unauthenticated
 
@@ -63,15 +64,15 @@ async def _on_parley_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors: Sequence[Any] = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    errors: Sequence[dict[str, Any]] = exc.errors()
+    first: dict[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     param = _param(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         return error_response(
             400,
             type="invalid_request_error",
             code="invalid_json",
-            message=f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
+            message=f"the body is not valid JSON: {(first.get('ctx') or {}).get('error', '')}",
         )
     message = "; ".join(f"{_param(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors)
     return error_response(
@@ -79,16 +80,32 @@ async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _on_http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     type_, code = _HTTP_CODES.get(exc.status_code, ("invalid_request_error", "http_error"))
+    headers = dict(exc.headers) if exc.headers else {}
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
     return error_response(
         exc.status_code,
         type=type_,
         code=code,
         message=str(exc.detail),
-        headers=dict(exc.headers) if exc.headers else None,
+        headers=headers or None,
     )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -21,7 +21,8 @@ def _storable(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_storable)]
+# The pattern tells clients (and the OpenAPI document) that NUL is refused.
+Text = Annotated[str, AfterValidator(_storable), Field(pattern=r"^[^\x00]*$")]
 
 
 class Strict(BaseModel):

@@ -162,9 +162,7 @@ class Run(Base):
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
     user_message_id: Mapped[str] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
-    assistant_message_id: Mapped[str] = mapped_column(
-        ForeignKey("messages.id", ondelete="CASCADE")
-    )
+    assistant_message_id: Mapped[str] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
     status: Mapped[RunStatus] = mapped_column(str_enum(RunStatus, "run_status"))
     model: Mapped[str] = mapped_column(String(200))
     tier: Mapped[str] = mapped_column(String(40))

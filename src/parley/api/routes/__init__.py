@@ -25,3 +25,4 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 AUTHED = (401, 403)
+BODY = (400, 413, 422)

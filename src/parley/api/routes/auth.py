@@ -12,7 +12,7 @@ from parley.api.deps import (
     ServicesDep,
     SessionPrincipalDep,
 )
-from parley.api.routes import AUTHED, errors
+from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import AuthOut, Credentials, LoginRequest, MeOut, TierOut, UserOut
 from parley.api.state import Services
 
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/api", tags=["accounts"])
     "/auth/signup",
     status_code=status.HTTP_201_CREATED,
     response_model=AuthOut,
-    responses=errors(400, 409, 413, 422),
+    responses=errors(*BODY, 409),
 )
 async def signup(body: Credentials, response: Response, svc: ServicesDep) -> AuthOut:
     """Create an account on the default tier and log it in."""
@@ -31,7 +31,7 @@ async def signup(body: Credentials, response: Response, svc: ServicesDep) -> Aut
     return _logged_in(login, response, svc)
 
 
-@router.post("/auth/login", response_model=AuthOut, responses=errors(400, 401, 413, 422, 429))
+@router.post("/auth/login", response_model=AuthOut, responses=errors(*BODY, 401, 429))
 async def login(
     body: LoginRequest, request: Request, response: Response, svc: ServicesDep
 ) -> AuthOut:
@@ -41,9 +41,7 @@ async def login(
     return _logged_in(result, response, svc)
 
 
-@router.post(
-    "/auth/logout", status_code=status.HTTP_204_NO_CONTENT, responses=errors(400, *AUTHED)
-)
+@router.post("/auth/logout", status_code=status.HTTP_204_NO_CONTENT, responses=errors(400, *AUTHED))
 async def logout(who: SessionPrincipalDep, response: Response, svc: ServicesDep) -> Response:
     """Revoke the current session and clear its cookies."""
     await svc.accounts.logout(who)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
-from parley.api.routes import AUTHED, errors
+from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     ChatCreate,
     ChatList,
@@ -31,7 +31,7 @@ DEFAULT_TITLE = "New chat"
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ChatOut,
-    responses=errors(*AUTHED, 413, 422),
+    responses=errors(*AUTHED, *BODY),
 )
 async def create_chat(body: ChatCreate, who: PrincipalDep, svc: ServicesDep) -> ChatOut:
     title = _title(body.title, svc.settings, allow_empty=True) or DEFAULT_TITLE
@@ -60,9 +60,7 @@ async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatOut
     return ChatOut.model_validate(chat, from_attributes=True)
 
 
-@router.patch(
-    "/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404, 413, 422)
-)
+@router.patch("/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404, *BODY))
 async def rename_chat(
     chat_id: str, body: ChatUpdate, who: PrincipalDep, svc: ServicesDep
 ) -> ChatOut:

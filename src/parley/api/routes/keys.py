@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from parley.api.deps import ServicesDep, SessionPrincipalDep
-from parley.api.routes import AUTHED, errors
+from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyOut, Deleted
 from parley.errors import ValidationFailed
 
@@ -16,9 +16,11 @@ router = APIRouter(prefix="/api/keys", tags=["api keys"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ApiKeyCreated,
-    responses=errors(*AUTHED, 413, 422),
+    responses=errors(*AUTHED, *BODY),
 )
-async def create_key(body: ApiKeyCreate, who: SessionPrincipalDep, svc: ServicesDep) -> ApiKeyCreated:
+async def create_key(
+    body: ApiKeyCreate, who: SessionPrincipalDep, svc: ServicesDep
+) -> ApiKeyCreated:
     name = body.name.strip()
     limit = svc.settings.max_key_name_chars
     if not name or len(name) > limit:

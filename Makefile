@@ -1,0 +1,46 @@
+# The two commands of the README:
+#   make serve   install parley and run the embedded default (SQLite, one process)
+#   make test    install parley with its test tools and run every check CI runs
+# Both work on a fresh clone; the virtual environment lives in .venv.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+ARGS ?=
+FUZZ_SECONDS ?= 45
+POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
+
+.PHONY: serve test lint typecheck pytest fuzz clean
+
+$(VENV)/.runtime: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime
+	$(PIP) -e '.[dev]'
+	touch $@
+
+serve: $(VENV)/.runtime
+	$(VENV)/bin/parley serve $(ARGS)
+
+test: lint typecheck pytest fuzz
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/mypy
+
+pytest: $(VENV)/.dev
+	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
+		$(VENV)/bin/pytest -q $(ARGS)
+
+fuzz: $(VENV)/.dev
+	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS)
+	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS) $(POSTGRES_URL)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

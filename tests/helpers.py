@@ -1,0 +1,36 @@
+"""Small helpers for talking to parley over HTTP in tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+PASSWORD = "correct horse battery"
+
+
+async def signup(client: httpx.AsyncClient, email: str) -> dict[str, Any]:
+    r = await client.post("/api/auth/signup", json={"email": email, "password": PASSWORD})
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    client.cookies.clear()  # tests choose their credential explicitly
+    return body
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def user_headers(client: httpx.AsyncClient, email: str) -> dict[str, str]:
+    return bearer((await signup(client, email))["token"])
+
+
+def assert_error(r: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    error: dict[str, Any] = r.json()["error"]
+    assert set(error) == {"type", "code", "message", "param"}
+    assert error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+    return error

@@ -1,0 +1,174 @@
+"""The operator's CLI: migrate, user create / set-tier / list, settings refused at start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from parley.api.app import create_app
+from parley.api.state import build_services
+from parley.config import load_settings
+
+
+def parley(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "parley", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_users_are_created_listed_and_moved_between_tiers(database_url: str) -> None:
+    db = ["--database-url", database_url]
+    assert parley("migrate", *db).returncode == 0
+    r = parley(
+        "user",
+        "create",
+        "Op@Example.com",
+        "--tier",
+        "pro",
+        "--password-stdin",
+        *db,
+        stdin="operator password\n",
+    )
+    assert r.returncode == 0, r.stderr
+    user_id, email, tier = r.stdout.strip().split("\t")
+    assert (email, tier) == ("op@example.com", "pro")
+
+    r = parley("user", "create", "op@example.com", "--password-stdin", *db, stdin="another pw1\n")
+    assert r.returncode == 1 and "already exists" in r.stderr
+    r = parley(
+        "user",
+        "create",
+        "x@example.com",
+        "--tier",
+        "gold",
+        "--password-stdin",
+        *db,
+        stdin="operator password\n",
+    )
+    assert r.returncode == 1 and "unknown tier 'gold'" in r.stderr
+    r = parley("user", "create", "y@example.com", "--password-stdin", *db, stdin="short\n")
+    assert r.returncode == 1 and "password" in r.stderr
+
+    assert parley("user", "set-tier", "op@example.com", "plus", *db).returncode == 0
+    r = parley("user", "set-tier", "nobody@example.com", "plus", *db)
+    assert r.returncode == 1 and "no user" in r.stderr
+    r = parley("user", "list", *db)
+    lines = [line.split("\t") for line in r.stdout.strip().splitlines()]
+    assert [(row[0], row[1], row[2]) for row in lines] == [(user_id, "op@example.com", "plus")]
+
+
+async def test_a_created_user_can_log_in_with_the_tier_set(
+    database_url: str, tmp_path: Path
+) -> None:
+    db = ["--database-url", database_url]
+    r = parley(
+        "user",
+        "create",
+        "op@example.com",
+        "--tier",
+        "plus",
+        "--password-stdin",
+        *db,
+        stdin="operator password\n",
+    )
+    assert r.returncode == 0, r.stderr
+    svc = build_services(load_settings(database_url=database_url, data_dir=tmp_path))
+    app = create_app(svc)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r2 = await c.post(
+            "/api/auth/login", json={"email": "op@example.com", "password": "operator password"}
+        )
+        assert r2.status_code == 200, r2.text
+        me = await c.get("/api/me", headers={"Authorization": f"Bearer {r2.json()['token']}"})
+        assert me.json()["tier"]["name"] == "plus"
+        assert me.json()["tier"]["max_concurrent_runs"] == 3
+    await svc.close()
+
+
+def test_production_refuses_the_default_secret(tmp_path: Path) -> None:
+    r = parley("migrate", "--data-dir", str(tmp_path), env={"PARLEY_ENVIRONMENT": "production"})
+    assert r.returncode == 2
+    assert "secret_key is left at its default" in r.stderr
+    ok = parley(
+        "migrate",
+        "--data-dir",
+        str(tmp_path),
+        env={"PARLEY_ENVIRONMENT": "production", "PARLEY_SECRET_KEY": "s" * 40},
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "parley.db").exists()
+
+
+def test_settings_come_from_a_toml_file_and_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "parley.toml"
+    config.write_text(
+        f"""
+data_dir = "{tmp_path / "from-file"}"
+default_tier = "team"
+
+[tiers.team]
+priority = 5
+tokens_per_minute = 100
+burst_tokens = 1000
+max_concurrent_runs = 2
+max_output_tokens = 64
+"""
+    )
+    r = parley(
+        "user",
+        "create",
+        "t@example.com",
+        "--config",
+        str(config),
+        "--password-stdin",
+        stdin="team password\n",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("\tteam")
+    assert (tmp_path / "from-file" / "parley.db").exists()
+    # the environment wins over the file
+    r = parley(
+        "user", "list", "--config", str(config), env={"PARLEY_DATA_DIR": str(tmp_path / "from-env")}
+    )
+    assert r.returncode == 0 and r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('default_tier = "gold"', "default_tier 'gold' is not one of the tiers"),
+        ("port = 99999", "port"),
+        ("unknown_setting = 1", "unknown_setting"),
+        ("this is not toml", "not valid TOML"),
+        ('database_url = "mysql://x"', "database_url must start with"),
+    ],
+)
+def test_bad_settings_stop_the_start_with_a_reason(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    config = tmp_path / "parley.toml"
+    config.write_text(content + "\n")
+    r = parley("serve", "--config", str(config))
+    assert r.returncode == 2
+    assert message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    r = parley("serve", "--config", str(tmp_path / "nope.toml"))
+    assert r.returncode == 2
+    assert "config file not found" in r.stderr

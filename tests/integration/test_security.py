@@ -1,0 +1,195 @@
+"""Ownership (404 for others' objects), credentials (401), CSRF, login throttling."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import update
+
+from parley.api.state import Services
+from parley.domain import utcnow
+from parley.store.schema import Session
+from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
+
+PUBLIC = {"/healthz", "/readyz", "/api/auth/signup", "/api/auth/login"}
+BODIES = {
+    ("PATCH", "/api/chats/{chat_id}"): {"title": "mine now"},
+    ("POST", "/api/chats"): {"title": "x"},
+    ("POST", "/api/keys"): {"name": "x"},
+}
+
+
+def _operations(app: FastAPI) -> list[tuple[str, str]]:
+    ops = []
+    for path, item in app.openapi()["paths"].items():
+        for method in item:
+            ops.append((method.upper(), path))
+    return ops
+
+
+async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, str]:
+    chat = (await client.post("/api/chats", json={"title": "secret"}, headers=auth)).json()
+    key = (await client.post("/api/keys", json={"name": "k"}, headers=auth)).json()
+    return {"chat_id": chat["id"], "key_id": key["id"]}
+
+
+async def test_every_route_with_an_id_is_404_for_another_user(
+    client: httpx.AsyncClient, services: Services
+) -> None:
+    owner = await user_headers(client, "owner@example.com")
+    other = await user_headers(client, "other@example.com")
+    ids = await _owned_objects(client, owner)
+    app = client._transport.app  # type: ignore[attr-defined]
+    id_routes = [(m, p) for m, p in _operations(app) if "{" in p]
+    assert len(id_routes) >= 5, id_routes
+    for method, path in id_routes:
+        url = path.format(**ids)
+        r = await client.request(method, url, headers=other, json=BODIES.get((method, path)))
+        assert_error(r, 404)
+    # and the owner's objects are untouched
+    r = await client.get(f"/api/chats/{ids['chat_id']}", headers=owner)
+    assert r.status_code == 200 and r.json()["title"] == "secret"
+    keys = (await client.get("/api/keys", headers=owner)).json()["data"]
+    assert [k["id"] for k in keys] == [ids["key_id"]]
+    listing = (await client.get("/api/chats", headers=other)).json()
+    assert listing["data"] == []
+
+
+async def test_every_protected_route_needs_credentials(client: httpx.AsyncClient) -> None:
+    owner = await user_headers(client, "owner@example.com")
+    ids = await _owned_objects(client, owner)
+    app = client._transport.app  # type: ignore[attr-defined]
+    protected = [(m, p) for m, p in _operations(app) if p not in PUBLIC]
+    assert len(protected) >= 10
+    cases = {
+        "missing": {},
+        "wrong": bearer("ps_not-a-real-token"),
+        "wrong key": bearer("pk_not-a-real-key"),
+        "not bearer": {"Authorization": "Basic YTpi"},
+        "empty bearer": {"Authorization": "Bearer "},
+    }
+    for method, path in protected:
+        url = path.format(**ids)
+        for name, headers in cases.items():
+            r = await client.request(method, url, headers=headers, json=BODIES.get((method, path)))
+            error = assert_error(r, 401)
+            assert error["type"] == "authentication_error", (name, method, path)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_expired_session_is_401(client: httpx.AsyncClient, services: Services) -> None:
+    token = (await signup(client, "ada@example.com"))["token"]
+    assert (await client.get("/api/me", headers=bearer(token))).status_code == 200
+    async with services.db.transaction() as s:
+        await s.execute(update(Session).values(expires_at=utcnow() - timedelta(seconds=1)))
+    assert_error(await client.get("/api/me", headers=bearer(token)), 401, "invalid_token")
+
+
+async def test_logout_revokes_the_session(client: httpx.AsyncClient) -> None:
+    token = (await signup(client, "ada@example.com"))["token"]
+    r = await client.post("/api/auth/logout", headers=bearer(token))
+    assert r.status_code == 204
+    assert_error(await client.get("/api/me", headers=bearer(token)), 401, "invalid_token")
+    assert_error(await client.get("/api/chats", headers=bearer(token)), 401)
+
+
+async def test_api_key_works_until_revoked(client: httpx.AsyncClient) -> None:
+    auth = await user_headers(client, "ada@example.com")
+    r = await client.post("/api/keys", json={"name": "laptop"}, headers=auth)
+    assert r.status_code == 201
+    created = r.json()
+    secret = created["key"]
+    assert secret.startswith("pk_") and created["hint"].endswith(secret[-4:])
+
+    me = (await client.get("/api/me", headers=bearer(secret))).json()
+    assert me["credential"] == "api_key"
+    assert (await client.post("/api/chats", json={}, headers=bearer(secret))).status_code == 201
+    listed = (await client.get("/api/keys", headers=auth)).json()["data"]
+    assert [k["id"] for k in listed] == [created["id"]]
+    assert "key" not in listed[0]  # the secret is shown once only
+    assert listed[0]["last_used_at"] is not None
+
+    # an API key cannot mint or revoke keys
+    assert_error(
+        await client.post("/api/keys", json={"name": "x"}, headers=bearer(secret)),
+        403,
+        "session_required",
+    )
+    r = await client.delete(f"/api/keys/{created['id']}", headers=auth)
+    assert r.status_code == 200
+    assert_error(await client.get("/api/me", headers=bearer(secret)), 401, "invalid_token")
+    assert (await client.get("/api/keys", headers=auth)).json()["data"] == []
+    assert_error(await client.delete(f"/api/keys/{created['id']}", headers=auth), 404)
+
+
+async def test_cookie_requests_need_the_csrf_token_for_unsafe_methods(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post(
+        "/api/auth/signup", json={"email": "ada@example.com", "password": PASSWORD}
+    )
+    csrf = r.json()["csrf_token"]
+    set_cookie = r.headers.get_list("set-cookie")
+    session_cookie = next(c for c in set_cookie if c.startswith("parley_session="))
+    assert "HttpOnly" in session_cookie
+    assert "SameSite=lax" in session_cookie or "samesite=lax" in session_cookie.lower()
+    assert client.cookies.get("parley_session")
+
+    # safe methods work with the cookie alone
+    assert (await client.get("/api/chats")).status_code == 200
+    # unsafe methods without the header fail, and nothing is created
+    assert_error(await client.post("/api/chats", json={"title": "x"}), 403, "csrf_failed")
+    assert_error(
+        await client.post("/api/chats", json={"title": "x"}, headers={"X-CSRF-Token": "0" * 64}),
+        403,
+        "csrf_failed",
+    )
+    assert (await client.get("/api/chats")).json()["data"] == []
+    r = await client.post("/api/chats", json={"title": "x"}, headers={"X-CSRF-Token": csrf})
+    assert r.status_code == 201
+    # the token of another session does not pass
+    other = await client.post(
+        "/api/auth/login", json={"email": "ada@example.com", "password": PASSWORD}
+    )
+    assert other.status_code == 200
+    assert_error(
+        await client.post("/api/chats", json={}, headers={"X-CSRF-Token": csrf}), 403, "csrf_failed"
+    )
+    assert_error(await client.post("/api/auth/logout"), 403, "csrf_failed")
+    r = await client.post("/api/auth/logout", headers={"X-CSRF-Token": other.json()["csrf_token"]})
+    assert r.status_code == 204
+    assert_error(await client.get("/api/chats"), 401)
+
+
+@pytest.mark.parametrize("known", [True, False])
+async def test_repeated_failed_logins_are_slowed_down(
+    client: httpx.AsyncClient, known: bool
+) -> None:
+    if known:
+        await signup(client, "ada@example.com")
+    wrong = {"email": "ada@example.com", "password": "wrong password"}
+    for _ in range(5):
+        r = await client.post("/api/auth/login", json=wrong)
+        assert_error(r, 401, "invalid_login")
+    r = await client.post(
+        "/api/auth/login", json={"email": "ada@example.com", "password": PASSWORD}
+    )
+    assert_error(r, 429, "too_many_login_attempts")
+    assert int(r.headers["retry-after"]) >= 1
+    await asyncio.sleep(1.1)
+    r = await client.post(
+        "/api/auth/login", json={"email": "ada@example.com", "password": PASSWORD}
+    )
+    if known:
+        assert r.status_code == 200, r.text
+        # a success clears the account's record
+        assert (await client.post("/api/auth/login", json=wrong)).status_code == 401
+    else:
+        assert_error(r, 401, "invalid_login")
+        r = await client.post("/api/auth/login", json=wrong)
+        error = assert_error(r, 429)
+        assert int(r.headers["retry-after"]) >= 2, error
