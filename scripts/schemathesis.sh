@@ -12,7 +12,7 @@ set -euo pipefail
 seconds=${1:-60}
 database_url=${2:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
-py=${PYTHON:-$here/.venv/bin/python}
+py=$(realpath -s "${PYTHON:-$here/.venv/bin/python}")
 st=$(dirname "$py")/st
 work=$(mktemp -d)
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
