@@ -36,12 +36,27 @@ class Environment(StrEnum):
     PRODUCTION = "production"
 
 
+class EngineKind(StrEnum):
+    FAKE = "fake"
+
+
+class FakeEngineSettings(BaseModel):
+    """The fake engine's pace and size (tests and load benchmarks)."""
+
+    model_config = {"extra": "forbid"}
+
+    time_to_first_token_ms: float = Field(default=50, ge=0)
+    inter_token_latency_ms: float = Field(default=20, ge=0)
+    output_tokens: int = Field(default=32, ge=0)
+    slots: int = Field(default=8, gt=0)
+
+
 class TierSettings(BaseModel):
     """One service tier. The numbers are used by admission (QoS)."""
 
     model_config = {"extra": "forbid"}
 
-    priority: int = Field(ge=0, description="Higher is served first.")
+    priority: int = Field(ge=0, le=1000, description="Higher is served first (0..1000).")
     tokens_per_minute: int = Field(gt=0, description="Budget refill rate, in tokens.")
     burst_tokens: int = Field(gt=0, description="Budget capacity, in tokens.")
     max_concurrent_runs: int = Field(gt=0)
@@ -138,6 +153,26 @@ class Settings(BaseSettings):
     tiers: dict[str, TierSettings] = Field(default_factory=default_tiers)
     default_tier: str = "free"
 
+    redis_url: str | None = Field(
+        default=None, description="redis://…; without it the bus is in-process (one process)."
+    )
+    engine: EngineKind = EngineKind.FAKE
+    fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
+    default_max_tokens: int = Field(default=512, gt=0)
+    worker_concurrency: int | None = Field(
+        default=None, gt=0, description="Runs one worker executes at once; default: engine slots."
+    )
+    lease_seconds: float = Field(default=15, gt=0)
+    sweep_interval_seconds: float = Field(default=2, gt=0)
+    requeue_stale_after_seconds: float = Field(default=10, gt=0)
+    max_run_attempts: int = Field(default=3, gt=0)
+    queue_max: int = Field(default=1000, gt=0)
+    stream_maxlen: int = Field(default=20_000, gt=0)
+    stream_ttl_seconds: float = Field(default=3600, gt=0)
+    ping_interval_seconds: float = Field(default=15, gt=0)
+    max_open_streams_per_user: int = Field(default=8, gt=0)
+    idempotency_ttl_seconds: int = Field(default=24 * 3600, gt=0)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -167,6 +202,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"default_tier {self.default_tier!r} is not one of the tiers {sorted(self.tiers)}"
             )
+        if self.stream_maxlen <= max(t.max_output_tokens for t in self.tiers.values()) + 16:
+            raise ValueError("stream_maxlen must exceed every tier's max_output_tokens")
         if self.default_page_size > self.max_page_size:
             raise ValueError("default_page_size must not exceed max_page_size")
         if (

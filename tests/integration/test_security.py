@@ -18,6 +18,7 @@ from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
 PUBLIC = {"/healthz", "/readyz", "/api/auth/signup", "/api/auth/login"}
 BODIES = {
     ("PATCH", "/api/chats/{chat_id}"): {"title": "mine now"},
+    ("POST", "/api/chats/{chat_id}/messages"): {"content": "mine now"},
     ("POST", "/api/chats"): {"title": "x"},
     ("POST", "/api/keys"): {"name": "x"},
 }
@@ -34,7 +35,13 @@ def _operations(app: FastAPI) -> list[tuple[str, str]]:
 async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, str]:
     chat = (await client.post("/api/chats", json={"title": "secret"}, headers=auth)).json()
     key = (await client.post("/api/keys", json={"name": "k"}, headers=auth)).json()
-    return {"chat_id": chat["id"], "key_id": key["id"]}
+    run = await client.post(
+        f"/api/chats/{chat['id']}/messages",
+        json={"content": "secret question"},
+        headers={**auth, "Accept": "application/json"},
+    )
+    assert run.status_code == 202, run.text
+    return {"chat_id": chat["id"], "key_id": key["id"], "run_id": run.json()["run_id"]}
 
 
 async def test_every_route_with_an_id_is_404_for_another_user(
@@ -45,7 +52,7 @@ async def test_every_route_with_an_id_is_404_for_another_user(
     ids = await _owned_objects(client, owner)
     app = client._transport.app  # type: ignore[attr-defined]
     id_routes = [(m, p) for m, p in _operations(app) if "{" in p]
-    assert len(id_routes) >= 5, id_routes
+    assert len(id_routes) >= 9, id_routes
     for method, path in id_routes:
         url = path.format(**ids)
         r = await client.request(method, url, headers=other, json=BODIES.get((method, path)))
@@ -53,6 +60,10 @@ async def test_every_route_with_an_id_is_404_for_another_user(
     # and the owner's objects are untouched
     r = await client.get(f"/api/chats/{ids['chat_id']}", headers=owner)
     assert r.status_code == 200 and r.json()["title"] == "secret"
+    r = await client.get(f"/api/runs/{ids['run_id']}", headers=owner)
+    assert r.json()["status"] == "queued"  # the other user's cancel did nothing
+    msgs = (await client.get(f"/api/chats/{ids['chat_id']}/messages", headers=owner)).json()
+    assert len(msgs["data"]) == 2  # and their send added nothing
     keys = (await client.get("/api/keys", headers=owner)).json()["data"]
     assert [k["id"] for k in keys] == [ids["key_id"]]
     listing = (await client.get("/api/chats", headers=other)).json()

@@ -10,15 +10,17 @@ from fastapi import FastAPI
 from parley import __version__
 from parley.api.errors import install_error_handlers
 from parley.api.limits import BodyLimit
-from parley.api.routes import auth, chats, health, keys
+from parley.api.routes import auth, chats, health, keys, runs
 from parley.api.state import Services
 
 
 def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
-    """Build the ASGI app. ``services`` are closed at shutdown if ``close_services``."""
+    """Build the ASGI app. With ``close_services`` its lifespan starts and closes them."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if close_services:
+            await services.start()
         yield
         if close_services:
             await services.close()
@@ -31,7 +33,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
-    for module in (health, auth, keys, chats):
+    for module in (health, auth, keys, chats, runs):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes)
     return app

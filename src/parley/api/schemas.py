@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
-from parley.domain import MessageRole, MessageStatus
+from parley.domain import MessageRole, MessageStatus, RunStatus
 
 
 def _storable(value: str) -> str:
@@ -163,6 +163,51 @@ class MessageList(BaseModel):
     object: Literal["list"] = "list"
     data: list[MessageOut]
     next_cursor: str | None
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+class MessageCreate(Strict):
+    content: Annotated[Text, Field(min_length=1)]
+    model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    message_id: str = Field(description="The assistant message the run writes.")
+    user_message_id: str
+    status: RunStatus
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class RunError(BaseModel):
+    code: str
+    message: str
+
+
+class RunOut(BaseModel):
+    id: str
+    object: Literal["run"] = "run"
+    chat_id: str
+    message_id: str
+    user_message_id: str
+    status: RunStatus
+    model: str
+    max_tokens: int
+    finish_reason: str | None
+    usage: Usage
+    error: RunError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
 
 
 # --- health -------------------------------------------------------------------------------

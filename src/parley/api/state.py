@@ -2,31 +2,103 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
 
 from parley.accounts.passwords import Passwords
 from parley.accounts.service import Accounts
 from parley.accounts.throttle import MemoryLoginThrottle
+from parley.bus.interface import Bus, BusLimits
+from parley.bus.memory import MemoryBus
 from parley.config import Settings
+from parley.engines.interface import Engine
+from parley.engines.registry import build_engine, configured_models, engine_slots
+from parley.runs.relay import Relay
+from parley.runs.submit import Submitter
+from parley.runs.sweeper import Sweeper
 from parley.store.database import Database
+from parley.worker import Worker
 
 
 @dataclass(slots=True)
 class Services:
     settings: Settings
     db: Database
+    bus: Bus
     accounts: Accounts
+    submitter: Submitter
+    relay: Relay
+    sweeper: Sweeper
+    models: list[str]
+    engine: Engine | None = None
+    worker: Worker | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    async def close(self) -> None:
+    async def start(self) -> None:
+        """Start the background work: the sweeper, and the worker when this process has one."""
+        self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
+        if self.worker is not None:
+            self._tasks.append(asyncio.create_task(self.worker.run_forever(), name="worker"))
+
+    async def close(self, grace: float = 5.0) -> None:
+        if self.worker is not None:
+            await self.worker.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.engine is not None:
+            await self.engine.close()
+        await self.bus.close()
         await self.db.dispose()
 
 
-def build_services(settings: Settings, *, passwords: Passwords | None = None) -> Services:
+def build_bus(settings: Settings) -> Bus:
+    limits = BusLimits(
+        queue_max=settings.queue_max,
+        stream_maxlen=settings.stream_maxlen,
+        stream_ttl_seconds=settings.stream_ttl_seconds,
+        cancel_ttl_seconds=settings.stream_ttl_seconds,
+    )
+    if settings.redis_url:
+        from parley.bus.redis import RedisBus
+
+        return RedisBus(settings.redis_url, limits)
+    return MemoryBus(limits)
+
+
+def build_services(
+    settings: Settings,
+    *,
+    passwords: Passwords | None = None,
+    bus: Bus | None = None,
+    worker: bool = False,
+    engine: Engine | None = None,
+) -> Services:
+    """Everything one process needs; ``worker=True`` adds an engine and a worker."""
     db = Database(settings.resolved_database_url, echo=settings.database_echo)
+    bus = bus or build_bus(settings)
     throttle = MemoryLoginThrottle(
         free_failures=settings.login_free_failures,
         window=settings.login_failure_window_seconds,
         max_delay=settings.login_max_delay_seconds,
     )
-    accounts = Accounts(db, settings, passwords or Passwords(), throttle)
-    return Services(settings=settings, db=db, accounts=accounts)
+    models = configured_models(settings)
+    services = Services(
+        settings=settings,
+        db=db,
+        bus=bus,
+        accounts=Accounts(db, settings, passwords or Passwords(), throttle),
+        submitter=Submitter(db, bus, settings, models),
+        relay=Relay(db, bus, settings),
+        sweeper=Sweeper(db, bus, settings),
+        models=models,
+    )
+    if worker:
+        services.engine = engine or build_engine(settings)
+        concurrency = settings.worker_concurrency or engine_slots(settings)
+        services.worker = Worker(db, bus, services.engine, settings, concurrency=concurrency)
+    return services

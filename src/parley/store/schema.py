@@ -156,6 +156,7 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_status_lease", "status", "lease_expires_at"),
         Index("ix_runs_user_chat", "user_id", "chat_id"),
+        UniqueConstraint("user_id", "idempotency_key", name="uq_runs_user_idempotency_key"),
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -168,6 +169,10 @@ class Run(Base):
     tier: Mapped[str] = mapped_column(String(40))
     max_tokens: Mapped[int] = mapped_column(Integer)
     temperature: Mapped[float | None]
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    finish_reason: Mapped[str | None] = mapped_column(String(20))
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(64))

@@ -1,0 +1,145 @@
+"""Runs: send a prompt (SSE or 202), read a run, rejoin its stream, stop it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, status
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from parley.api.deps import PrincipalDep, ServicesDep
+from parley.api.routes import AUTHED, BODY, errors
+from parley.api.schemas import MessageCreate, RunAccepted, RunError, RunOut, Usage
+from parley.runs import cancel as cancelling
+from parley.runs.events import usage
+from parley.runs.relay import run_of
+from parley.runs.submit import SendRequest
+from parley.store.schema import Run
+
+router = APIRouter(tags=["runs"])
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_DOC = (
+    "Server-sent events: `id: <event id>`, `event: status|delta|error|done`, `data: <json>`;"
+    " comment pings on idle streams. The stream ends after `done`."
+)
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": SSE_DOC,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Same key + same body: the same run; different body: 422. Kept 24 h.",
+    ),
+]
+
+
+@router.post(
+    "/api/chats/{chat_id}/messages",
+    response_class=StreamingResponse,
+    responses={
+        **SSE_RESPONSE,
+        202: {"model": RunAccepted, "description": "With `Accept: application/json`."},
+        **errors(*AUTHED, 404, *BODY, 429, 503),
+    },
+)
+async def send_message(
+    chat_id: str,
+    body: MessageCreate,
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    """Send a prompt: stream the answer as SSE, or 202 with the run's ids for JSON clients."""
+    run = await svc.submitter.submit(
+        who,
+        chat_id,
+        SendRequest(body.content, body.model, body.max_tokens, body.temperature),
+        idempotency_key,
+    )
+    if _wants_json(request):
+        accepted = RunAccepted(
+            run_id=run.id,
+            message_id=run.assistant_message_id,
+            user_message_id=run.user_message_id,
+            status=run.status,
+        )
+        return JSONResponse(accepted.model_dump(mode="json"), status_code=status.HTTP_202_ACCEPTED)
+    events = await svc.relay.open(who, run.id, None)
+    return _sse(events)
+
+
+@router.get("/api/runs/{run_id}", response_model=RunOut, responses=errors(*AUTHED, 404))
+async def get_run(run_id: str, who: PrincipalDep, svc: ServicesDep) -> RunOut:
+    return run_out(await run_of(svc.db, who, run_id))
+
+
+@router.get(
+    "/api/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses={**SSE_RESPONSE, **errors(400, *AUTHED, 404, 422, 429)},
+)
+async def run_events(
+    run_id: str,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    last_event_id_header: Annotated[
+        str | None, Header(alias="Last-Event-ID", max_length=64)
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Query(max_length=64, description="Same as the Last-Event-ID header.")
+    ] = None,
+) -> Response:
+    """The run's events after `Last-Event-ID` (all of them without one)."""
+    events = await svc.relay.open(who, run_id, last_event_id_header or last_event_id)
+    return _sse(events)
+
+
+@router.post(
+    "/api/chats/{chat_id}/runs/{run_id}/cancel",
+    response_model=RunOut,
+    responses=errors(*AUTHED, 404),
+)
+async def cancel_run(chat_id: str, run_id: str, who: PrincipalDep, svc: ServicesDep) -> RunOut:
+    """Stop the run. A queued run ends at once; a running one stops within moments."""
+    return run_out(await cancelling.cancel(svc.db, svc.bus, who, chat_id, run_id))
+
+
+def run_out(run: Run) -> RunOut:
+    error = (
+        RunError(code=run.error_code, message=run.error_message or "") if run.error_code else None
+    )
+    return RunOut(
+        id=run.id,
+        chat_id=run.chat_id,
+        message_id=run.assistant_message_id,
+        user_message_id=run.user_message_id,
+        status=run.status,
+        model=run.model,
+        max_tokens=run.max_tokens,
+        finish_reason=run.finish_reason,
+        usage=Usage(**usage(run)),
+        error=error,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/event-stream" not in accept
+
+
+def _sse(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

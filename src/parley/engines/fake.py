@@ -1,0 +1,107 @@
+"""The fake engine: deterministic text at a configured pace, with a fixed number of slots.
+
+The workhorse of tests and load benchmarks. Output depends only on the request's
+messages (and max_tokens), so a test can predict it. A slot is held from the
+start of a stream until it ends, is aborted, or its iterator is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
+
+FAKE_MODEL = "parley-fake"
+
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven bright stars hum softly across "
+    "quiet hills and every river sings of distant cities built from glass light paper stone "
+    "rain music memory"
+).split(" ")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeEngineConfig:
+    time_to_first_token: float = 0.05
+    inter_token_latency: float = 0.02
+    output_tokens: int = 32
+    slots: int = 8
+    models: tuple[str, ...] = (FAKE_MODEL,)
+
+
+def fake_text(messages: list[ChatMessage], n_tokens: int) -> list[str]:
+    """The tokens the fake engine answers with, ``n_tokens`` of them."""
+    seed = hashlib.sha256("\x1e".join(m.content for m in messages).encode()).digest()
+    rng = random.Random(seed)
+    return [(" " if i else "") + rng.choice(_WORDS) for i in range(n_tokens)]
+
+
+class FakeEngine:
+    def __init__(self, config: FakeEngineConfig | None = None) -> None:
+        self.config = config or FakeEngineConfig()
+        self._slots = asyncio.Semaphore(self.config.slots)
+        self._active: dict[str, asyncio.Event] = {}
+        self.started = 0
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.config.models)
+
+    @property
+    def busy_slots(self) -> int:
+        return len(self._active)
+
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        return sum(len(m.content.split()) + 4 for m in messages)
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        await self._slots.acquire()
+        aborted = asyncio.Event()
+        self._active[request.request_id] = aborted
+        self.started += 1
+        try:
+            n = min(self.config.output_tokens, request.max_tokens)
+            tokens = fake_text(request.messages, n)
+            prompt = self.count_prompt_tokens(request.model, request.messages)
+            if await _sleep_unless(aborted, self.config.time_to_first_token):
+                return
+            for i, token in enumerate(tokens):
+                if i and await _sleep_unless(aborted, self.config.inter_token_latency):
+                    return
+                last = i == len(tokens) - 1
+                finish = None
+                if last:
+                    cut = self.config.output_tokens > request.max_tokens
+                    finish = FinishReason.LENGTH if cut else FinishReason.STOP
+                yield Delta(token, 1, finish, prompt if i == 0 else None)
+            if not tokens:
+                yield Delta("", 0, FinishReason.LENGTH, prompt)
+        finally:
+            self._active.pop(request.request_id, None)
+            self._slots.release()
+
+    async def abort(self, request_id: str) -> None:
+        event = self._active.get(request_id)
+        if event is not None:
+            event.set()
+
+    async def close(self) -> None:
+        for event in self._active.values():
+            event.set()
+
+
+async def _sleep_unless(aborted: asyncio.Event, seconds: float) -> bool:
+    """Sleep; True if aborted meanwhile."""
+    if aborted.is_set():
+        return True
+    if seconds <= 0:
+        return False
+    try:
+        await asyncio.wait_for(aborted.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True

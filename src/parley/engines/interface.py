@@ -1,0 +1,61 @@
+"""The engine contract: stream a chat request as deltas with token counts; abort."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    model: str
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float | None = None
+    priority: int = 0
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """New text and the number of output tokens it holds; the last one has a finish_reason."""
+
+    text: str
+    tokens: int
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int | None = None
+
+
+class EngineUnavailable(Exception):
+    """The engine could not take or finish the request (not the client's fault)."""
+
+
+class Engine(Protocol):
+    @property
+    def models(self) -> list[str]:
+        """The model names this engine serves; the first is the default."""
+
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int: ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        """Generate; closing the iterator early aborts the request and frees its slot."""
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request now and free its slot; a no-op for unknown ids."""
+
+    async def close(self) -> None: ...

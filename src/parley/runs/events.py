@@ -1,0 +1,57 @@
+"""The events of a run's stream, and their SSE framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from parley.bus.interface import EventKind, RunEvent, StreamEntry
+from parley.domain import RunStatus
+from parley.store.schema import Run
+
+
+def status_event(run_id: str, status: RunStatus) -> RunEvent:
+    return RunEvent(EventKind.STATUS, {"run_id": run_id, "status": status.value})
+
+
+def delta_event(text: str, tokens: int = 1, *, replace: bool = False) -> RunEvent:
+    data: dict[str, Any] = {"text": text, "tokens": tokens}
+    if replace:
+        data["replace"] = True
+    return RunEvent(EventKind.DELTA, data)
+
+
+def error_event(code: str, message: str) -> RunEvent:
+    return RunEvent(EventKind.ERROR, {"code": code, "message": message})
+
+
+def done_event(run: Run) -> RunEvent:
+    return RunEvent(
+        EventKind.DONE,
+        {
+            "run_id": run.id,
+            "message_id": run.assistant_message_id,
+            "status": run.status.value,
+            "finish_reason": run.finish_reason,
+            "usage": usage(run),
+        },
+    )
+
+
+def usage(run: Run) -> dict[str, int]:
+    prompt = run.prompt_tokens or 0
+    completion = run.completion_tokens or 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def sse_frame(entry: StreamEntry) -> str:
+    data = json.dumps(entry.event.data, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {entry.id}\nevent: {entry.event.kind.value}\ndata: {data}\n\n"
+
+
+def sse_ping() -> str:
+    return ": ping\n\n"

@@ -1,0 +1,112 @@
+"""Relaying a run's stream to a client as SSE, resumable from any event id.
+
+A client that disconnects only stops its relay; the run goes on. Reconnecting
+with ``Last-Event-ID`` gives exactly the events after that id. When the stream
+has expired, the stored message is sent as one ``delta`` (``replace: true``)
+and a ``done``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import anyio
+
+from parley.accounts.service import Principal
+from parley.bus.interface import Bus, EventKind, StreamEntry, valid_entry_id
+from parley.config import Settings
+from parley.errors import InvalidRequest, RateLimited
+from parley.runs.events import delta_event, done_event, sse_frame, sse_ping
+from parley.store import runs
+from parley.store.database import Database
+from parley.store.schema import Run
+
+STORED_ID = "0-1"
+STORED_DONE_ID = "0-2"
+
+
+class Relay:
+    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+        self._db = db
+        self._bus = bus
+        self._settings = settings
+
+    async def open(
+        self, who: Principal, run_id: str, last_event_id: str | None
+    ) -> AsyncIterator[str]:
+        """Check access and take a stream slot now (errors before any byte is sent)."""
+        if last_event_id is not None and not valid_entry_id(last_event_id):
+            raise InvalidRequest(
+                "Last-Event-ID is not an event id of this stream",
+                code="invalid_last_event_id",
+                param="Last-Event-ID",
+            )
+        async with self._db.transaction() as s:
+            await runs.get_run(s, user_id=who.user_id, run_id=run_id)
+        slot = secrets.token_hex(8)
+        if not await self._bus.open_stream(
+            who.user_id, slot, limit=self._settings.max_open_streams_per_user, ttl=self._slot_ttl
+        ):
+            raise RateLimited(
+                f"at most {self._settings.max_open_streams_per_user} open streams per user",
+                code="too_many_streams",
+                retry_after=self._settings.ping_interval_seconds,
+            )
+        return self._relay(who, run_id, last_event_id, slot)
+
+    @property
+    def _slot_ttl(self) -> float:
+        return self._settings.ping_interval_seconds * 2 + 5
+
+    async def _relay(
+        self, who: Principal, run_id: str, after: str | None, slot: str
+    ) -> AsyncIterator[str]:
+        try:
+            while True:
+                entries = await self._bus.read(
+                    run_id, after, timeout=self._settings.ping_interval_seconds
+                )
+                for entry in entries:
+                    yield sse_frame(entry)
+                    after = entry.id
+                    if entry.event.kind is EventKind.DONE:
+                        return
+                if entries:
+                    continue
+                if not await self._bus.stream_exists(run_id):
+                    stored = await self._stored(who, run_id)
+                    if stored is not None:
+                        for frame in stored:
+                            yield frame
+                        return
+                yield sse_ping()
+                await self._bus.open_stream(
+                    who.user_id, slot, limit=10**9, ttl=self._slot_ttl
+                )  # refresh the held slot
+        finally:
+            # the client is gone and this task is being cancelled: give the slot back anyway
+            with anyio.CancelScope(shield=True):
+                await self._bus.close_stream(who.user_id, slot)
+
+    async def _stored(self, who: Principal, run_id: str) -> list[str] | None:
+        """The finished run from the store, when its stream is gone; None if not finished."""
+        async with self._db.transaction() as s:
+            run = await runs.get_run(s, user_id=who.user_id, run_id=run_id)
+            message = await runs.assistant_message(s, run)
+        if not run.status.is_terminal:
+            return None
+        content = message.content if message else ""
+        return [
+            sse_frame(
+                StreamEntry(
+                    STORED_ID, delta_event(content, run.completion_tokens or 0, replace=True)
+                )
+            ),
+            sse_frame(StreamEntry(STORED_DONE_ID, done_event(run))),
+        ]
+
+
+async def run_of(db: Database, who: Principal, run_id: str) -> Run:
+    async with db.transaction() as s:
+        return await runs.get_run(s, user_id=who.user_id, run_id=run_id)

@@ -1,0 +1,145 @@
+"""Sending a prompt: validate, honour the idempotency key, persist, enqueue."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+from parley.accounts.service import Principal
+from parley.bus.interface import Bus, QueuedRun, QueueFull
+from parley.config import Settings
+from parley.domain import utcnow
+from parley.errors import PermissionDenied, ValidationFailed
+from parley.runs.events import status_event
+from parley.store import chats, runs
+from parley.store.database import Database
+from parley.store.schema import Run
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    content: str
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class Submitter:
+    def __init__(self, db: Database, bus: Bus, settings: Settings, models: list[str]) -> None:
+        self._db = db
+        self._bus = bus
+        self._settings = settings
+        self._models = models
+
+    async def submit(
+        self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
+    ) -> Run:
+        """The run for this request: a new one, or the one an earlier same-key request made."""
+        new = self._validate(who, chat_id, req, idempotency_key)
+        if idempotency_key is not None:
+            existing = await self._existing(new)
+            if existing is not None:
+                return existing
+        depth = sum((await self._bus.queue_depth()).values())
+        if depth >= self._settings.queue_max:
+            raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
+        run, created = await self._persist(new)
+        return await self._enqueue(run) if created else run
+
+    def _validate(
+        self, who: Principal, chat_id: str, req: SendRequest, key: str | None
+    ) -> runs.NewRun:
+        settings = self._settings
+        tier = settings.tiers.get(who.tier) or settings.tiers[settings.default_tier]
+        if not req.content.strip():
+            raise ValidationFailed(
+                "content must not be blank", code="invalid_content", param="content"
+            )
+        if len(req.content) > settings.max_message_chars:
+            raise ValidationFailed(
+                f"content must be at most {settings.max_message_chars} characters",
+                code="content_too_long",
+                param="content",
+            )
+        model = req.model or self._models[0]
+        if model not in self._models:
+            raise ValidationFailed(
+                f"unknown model {model!r}; available: {', '.join(self._models)}",
+                code="model_not_found",
+                param="model",
+            )
+        if "*" not in tier.models and model not in tier.models:
+            raise PermissionDenied(
+                f"the {who.tier} tier may not use model {model!r}", code="model_not_allowed"
+            )
+        if req.max_tokens is not None and req.max_tokens > tier.max_output_tokens:
+            raise ValidationFailed(
+                f"max_tokens must be at most {tier.max_output_tokens} on the {who.tier} tier",
+                code="max_tokens_too_large",
+                param="max_tokens",
+            )
+        max_tokens = req.max_tokens or min(settings.default_max_tokens, tier.max_output_tokens)
+        return runs.NewRun(
+            user_id=who.user_id,
+            chat_id=chat_id,
+            content=req.content,
+            model=model,
+            tier=who.tier,
+            priority=tier.priority,
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            idempotency_key=key,
+            request_hash=_request_hash(chat_id, req) if key else None,
+        )
+
+    async def _existing(self, new: runs.NewRun) -> Run | None:
+        assert new.idempotency_key is not None
+        since = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
+        async with self._db.transaction() as s:
+            run = await runs.find_by_idempotency_key(
+                s, user_id=new.user_id, key=new.idempotency_key, since=since
+            )
+        if run is None:
+            return None
+        if run.request_hash != new.request_hash:
+            raise ValidationFailed(
+                "this Idempotency-Key was used with a different request",
+                code="idempotency_key_reused",
+                param="Idempotency-Key",
+            )
+        return run
+
+    async def _persist(self, new: runs.NewRun) -> tuple[Run, bool]:
+        """The new run (True), or the run that won a same-key race (False)."""
+        for _ in range(2):
+            try:
+                async with self._db.transaction() as s:
+                    await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+                    return await runs.create_run(s, new), True
+            except runs.DuplicateIdempotencyKey:
+                existing = await self._existing(new)
+                if existing is not None:
+                    return existing, False
+                # the key belongs to a run older than the key's lifetime: let it go, retry
+                before = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
+                async with self._db.transaction() as s:
+                    await runs.forget_idempotency_keys(s, before=before)
+        raise AssertionError("idempotency key conflict did not resolve")
+
+    async def _enqueue(self, run: Run) -> Run:
+        await self._bus.append(run.id, status_event(run.id, run.status))
+        try:
+            await self._bus.enqueue(QueuedRun(run.id, run.priority))
+        except QueueFull:
+            async with self._db.transaction() as s:
+                stored = await runs.get_run(s, user_id=run.user_id, run_id=run.id)
+                await runs.delete_run(s, stored)
+            raise
+        return run
+
+
+def _request_hash(chat_id: str, req: SendRequest) -> str:
+    body = json.dumps({"chat_id": chat_id, **asdict(req)}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,105 @@
+"""Recovering runs whose worker vanished, and re-queueing runs the queue lost.
+
+Runs in every process (api and worker): each step is a conditional update, so
+sweepers racing each other, or a worker, change a run at most once.
+
+- A running run whose lease lapsed: re-queued if nothing was streamed yet (up to
+  ``max_run_attempts``), otherwise ``failed`` with its partial text kept.
+- A queued run older than ``requeue_stale_after_seconds``: put on the queue again
+  (a no-op if it is there), which covers an in-process queue lost in a restart.
+- Idempotency keys older than their lifetime are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+
+from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
+from parley.config import Settings
+from parley.domain import RunStatus, utcnow
+from parley.runs.events import done_event, error_event, status_event
+from parley.store import runs
+from parley.store.database import Database
+from parley.store.schema import Run
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+        self._db = db
+        self._bus = bus
+        self._settings = settings
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.sweep_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sweep failed; trying again")
+            await asyncio.sleep(self._settings.sweep_interval_seconds)
+
+    async def sweep_once(self) -> None:
+        now = utcnow()
+        async with self._db.transaction() as s:
+            expired = await runs.expired_leases(s, now=now)
+        for run in expired:
+            await self._recover(run)
+        stale_before = now - timedelta(seconds=self._settings.requeue_stale_after_seconds)
+        async with self._db.transaction() as s:
+            stale = await runs.stale_queued(s, older_than=stale_before)
+        for run in stale:
+            try:
+                await self._bus.enqueue(QueuedRun(run.id, run.priority))
+            except QueueFull:
+                break
+        forget_before = now - timedelta(seconds=self._settings.idempotency_ttl_seconds)
+        async with self._db.transaction() as s:
+            await runs.forget_idempotency_keys(s, before=forget_before)
+
+    async def _recover(self, run: Run) -> None:
+        partial = await self._streamed_text(run.id)
+        if partial is None and run.attempts < self._settings.max_run_attempts:
+            async with self._db.transaction() as s:
+                requeued = await runs.requeue(s, run_id=run.id)
+            if requeued is not None:
+                log.warning("run %s lost its worker before streaming: re-queued", run.id)
+                await self._bus.append(run.id, status_event(run.id, RunStatus.QUEUED))
+                with contextlib.suppress(QueueFull):  # else the stale-queued pass retries
+                    await self._bus.enqueue(QueuedRun(run.id, run.priority))
+            return
+        text, tokens = partial or ("", 0)
+        reason = "the worker running this run stopped responding"
+        async with self._db.transaction() as s:
+            failed = await runs.finish(
+                s,
+                run_id=run.id,
+                outcome=runs.Outcome(
+                    RunStatus.FAILED,
+                    text,
+                    run.prompt_tokens,
+                    tokens,
+                    finish_reason="error",
+                    error_code="worker_lost",
+                    error_message=reason,
+                ),
+                from_status=RunStatus.RUNNING,
+                lease_expired=True,
+            )
+        if failed is not None:
+            log.warning("run %s lost its worker mid-stream: failed, partial text kept", run.id)
+            await self._bus.append(run.id, error_event("worker_lost", reason))
+            await self._bus.append(run.id, done_event(failed))
+
+    async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
+        """The text streamed so far and its token count; None if no delta was streamed."""
+        entries = await self._bus.read(run_id, None, timeout=0, count=self._settings.stream_maxlen)
+        deltas = [e.event.data for e in entries if e.event.kind is EventKind.DELTA]
+        if not deltas:
+            return None
+        return "".join(d.get("text", "") for d in deltas), sum(d.get("tokens", 1) for d in deltas)

@@ -1,0 +1,308 @@
+"""Queries on runs: create with their messages, claim with a lease, finish, recover.
+
+State changes are conditional UPDATEs (``WHERE status = …``), so the api, the
+workers and the sweepers can race on a run and exactly one of them wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.domain import MessageRole, MessageStatus, RunStatus, new_id, utcnow
+from parley.errors import NotFound
+from parley.store import chats
+from parley.store.schema import Message, Run
+
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    user_id: str
+    chat_id: str
+    content: str
+    model: str
+    tier: str
+    priority: int
+    max_tokens: int
+    temperature: float | None
+    idempotency_key: str | None
+    request_hash: str | None
+
+
+class DuplicateIdempotencyKey(Exception):
+    """Another request with this idempotency key won the race."""
+
+
+def run_not_found(run_id: str) -> NotFound:
+    return NotFound(f"no run with id {run_id!r}", code="run_not_found", param="run_id")
+
+
+async def create_run(s: AsyncSession, new: NewRun) -> Run:
+    """The user message, the assistant placeholder and the queued run, in the caller's tx."""
+    now = utcnow()
+    run_id = new_id("run")
+    user_msg = await chats.add_message(
+        s,
+        Message(
+            id=chats.new_message_id(),
+            user_id=new.user_id,
+            chat_id=new.chat_id,
+            role=MessageRole.USER,
+            content=new.content,
+            status=MessageStatus.COMPLETED,
+            run_id=run_id,
+            created_at=now,
+            updated_at=now,
+        ),
+    )
+    assistant = await chats.add_message(
+        s,
+        Message(
+            id=chats.new_message_id(),
+            user_id=new.user_id,
+            chat_id=new.chat_id,
+            role=MessageRole.ASSISTANT,
+            content="",
+            status=MessageStatus.IN_PROGRESS,
+            run_id=run_id,
+            model=new.model,
+            created_at=now,
+            updated_at=now,
+        ),
+    )
+    run = Run(
+        id=run_id,
+        user_id=new.user_id,
+        chat_id=new.chat_id,
+        user_message_id=user_msg.id,
+        assistant_message_id=assistant.id,
+        status=RunStatus.QUEUED,
+        model=new.model,
+        tier=new.tier,
+        priority=new.priority,
+        max_tokens=new.max_tokens,
+        temperature=new.temperature,
+        idempotency_key=new.idempotency_key,
+        request_hash=new.request_hash,
+        attempts=0,
+        created_at=now,
+    )
+    s.add(run)
+    try:
+        async with s.begin_nested():
+            await s.flush()
+    except IntegrityError as e:
+        raise DuplicateIdempotencyKey from e
+    return run
+
+
+async def get_run(s: AsyncSession, *, user_id: str, run_id: str) -> Run:
+    run = await s.scalar(select(Run).where(Run.user_id == user_id, Run.id == run_id))
+    if run is None:
+        raise run_not_found(run_id)
+    return run
+
+
+async def get_run_any_user(s: AsyncSession, run_id: str) -> Run | None:
+    """For workers and sweepers, which act for every user."""
+    return await s.get(Run, run_id)
+
+
+async def find_by_idempotency_key(
+    s: AsyncSession, *, user_id: str, key: str, since: datetime
+) -> Run | None:
+    return await s.scalar(
+        select(Run).where(
+            Run.user_id == user_id, Run.idempotency_key == key, Run.created_at >= since
+        )
+    )
+
+
+async def forget_idempotency_keys(s: AsyncSession, *, before: datetime) -> int:
+    result = await s.execute(
+        update(Run)
+        .where(Run.idempotency_key.is_not(None), Run.created_at < before)
+        .values(idempotency_key=None)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def delete_run(s: AsyncSession, run: Run) -> None:
+    """Undo a run that never reached the queue: the run and both of its messages."""
+    await s.delete(run)
+    await s.flush()
+    for message_id in (run.assistant_message_id, run.user_message_id):
+        message = await s.get(Message, message_id)
+        if message is not None:
+            await s.delete(message)
+
+
+async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> Run | None:
+    """queued → running under this worker's lease; None if someone else has it or it ended."""
+    now = utcnow()
+    result = await s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
+        .values(
+            status=RunStatus.RUNNING,
+            worker_id=worker_id,
+            lease_expires_at=now + lease,
+            started_at=now,
+            attempts=Run.attempts + 1,
+        )
+    )
+    if not getattr(result, "rowcount", 0):
+        return None
+    return await s.scalar(
+        select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+    )
+
+
+async def renew_lease(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> bool:
+    result = await s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.worker_id == worker_id, Run.status == RunStatus.RUNNING)
+        .values(lease_expires_at=utcnow() + lease)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def history(s: AsyncSession, run: Run) -> list[Message]:
+    """The chat's messages up to and including the run's user message, oldest first."""
+    user_msg = await s.get(Message, run.user_message_id)
+    if user_msg is None:
+        return []
+    rows = await s.scalars(
+        select(Message)
+        .where(
+            Message.user_id == run.user_id,
+            Message.chat_id == run.chat_id,
+            Message.seq <= user_msg.seq,
+        )
+        .order_by(Message.seq.desc())
+        .limit(HISTORY_LIMIT)
+    )
+    usable = [
+        m
+        for m in rows
+        if m.role is MessageRole.USER
+        or m.status is MessageStatus.COMPLETED
+        or (m.status is MessageStatus.CANCELLED and m.content)
+    ]
+    return usable[::-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: RunStatus
+    content: str
+    prompt_tokens: int | None
+    completion_tokens: int
+    finish_reason: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+_MESSAGE_STATUS = {
+    RunStatus.COMPLETED: MessageStatus.COMPLETED,
+    RunStatus.CANCELLED: MessageStatus.CANCELLED,
+    RunStatus.FAILED: MessageStatus.FAILED,
+    RunStatus.REJECTED: MessageStatus.REJECTED,
+}
+
+
+async def finish(
+    s: AsyncSession,
+    *,
+    run_id: str,
+    outcome: Outcome,
+    from_status: RunStatus,
+    worker_id: str | None = None,
+    lease_expired: bool = False,
+) -> Run | None:
+    """Move a run from ``from_status`` to its terminal state with its message; None if lost.
+
+    ``worker_id``: only if that worker still holds it; ``lease_expired``: only if its lease
+    has lapsed (the sweeper's guard against a worker that just renewed).
+    """
+    assert outcome.status.is_terminal
+    now = utcnow()
+    conditions = [Run.id == run_id, Run.status == from_status]
+    if worker_id is not None:
+        conditions.append(Run.worker_id == worker_id)
+    if lease_expired:
+        conditions.append(Run.lease_expires_at < now)
+    result = await s.execute(
+        update(Run)
+        .where(*conditions)
+        .values(
+            status=outcome.status,
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            finish_reason=outcome.finish_reason,
+            error_code=outcome.error_code,
+            error_message=outcome.error_message,
+            lease_expires_at=None,
+            finished_at=now,
+        )
+    )
+    if not getattr(result, "rowcount", 0):
+        return None
+    run = await s.scalar(
+        select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+    )
+    assert run is not None
+    await s.execute(
+        update(Message)
+        .where(Message.id == run.assistant_message_id)
+        .values(
+            content=outcome.content,
+            status=_MESSAGE_STATUS[outcome.status],
+            token_count=outcome.completion_tokens,
+            updated_at=now,
+        )
+    )
+    return run
+
+
+async def requeue(s: AsyncSession, *, run_id: str) -> Run | None:
+    """An expired running run goes back to queued (nothing was streamed yet)."""
+    result = await s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.RUNNING, Run.lease_expires_at < utcnow())
+        .values(status=RunStatus.QUEUED, worker_id=None, lease_expires_at=None, started_at=None)
+    )
+    if not getattr(result, "rowcount", 0):
+        return None
+    return await s.get(Run, run_id)
+
+
+async def expired_leases(s: AsyncSession, *, now: datetime, limit: int = 100) -> list[Run]:
+    return list(
+        await s.scalars(
+            select(Run)
+            .where(Run.status == RunStatus.RUNNING, Run.lease_expires_at < now)
+            .limit(limit)
+        )
+    )
+
+
+async def stale_queued(s: AsyncSession, *, older_than: datetime, limit: int = 500) -> list[Run]:
+    return list(
+        await s.scalars(
+            select(Run)
+            .where(Run.status == RunStatus.QUEUED, Run.created_at < older_than)
+            .order_by(Run.created_at)
+            .limit(limit)
+        )
+    )
+
+
+async def assistant_message(s: AsyncSession, run: Run) -> Message | None:
+    return await s.get(Message, run.assistant_message_id)
