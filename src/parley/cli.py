@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import logging
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from parley.config import Settings, load_settings
+from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.store.database import Database
 
@@ -29,16 +30,32 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", help="sqlite:///PATH or postgresql://USER@HOST/DB")
 
 
+def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> None:
+    _settings_args(p)
+    p.add_argument("--redis-url", help="redis://HOST:PORT/DB: the bus shared by processes")
+    if http:
+        p.add_argument("--host")
+        p.add_argument("--port", type=int)
+    if engine:
+        p.add_argument("--engine", choices=[k.value for k in EngineKind])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the whole service in one process")
-    _settings_args(serve)
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve = sub.add_parser("serve", help="run the whole service (api + worker) in one process")
+    _process_args(serve, http=True, engine=True)
     serve.set_defaults(handler=_serve)
+
+    api = sub.add_parser("api", help="run the HTTP api only (needs --redis-url)")
+    _process_args(api, http=True, engine=False)
+    api.set_defaults(handler=_api)
+
+    worker = sub.add_parser("worker", help="run a worker only (needs --redis-url)")
+    _process_args(worker, http=False, engine=True)
+    worker.set_defaults(handler=_worker)
 
     migrate = sub.add_parser("migrate", help="apply database migrations")
     _settings_args(migrate)
@@ -73,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     overrides = {
         k: getattr(args, k, None)
-        for k in ("config_file", "data_dir", "database_url", "host", "port")
+        for k in ("config_file", "data_dir", "database_url", "host", "port", "redis_url", "engine")
     }
     try:
         settings = load_settings(**overrides)
@@ -91,20 +108,55 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(_: argparse.Namespace, settings: Settings) -> int:
+    return await _http(settings, worker=True)
+
+
+async def _api(_: argparse.Namespace, settings: Settings) -> int:
+    if not settings.redis_url:
+        return _fail("parley api shares its bus with workers: give --redis-url (or use serve)")
+    return await _http(settings, worker=False)
+
+
+async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
     from parley.api.state import build_services
     from parley.store.migrate import upgrade
 
-    services = build_services(settings)
+    services = build_services(settings, worker=worker)
     await upgrade(services.db)
+    await services.bus.ping()
     app = create_app(services)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="info", lifespan="on"
     )
-    log.info("parley serving on http://%s:%d", settings.host, settings.port)
+    log.info(
+        "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
+    )
     await uvicorn.Server(config).serve()
+    return 0
+
+
+async def _worker(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.api.state import build_services
+    from parley.store.migrate import upgrade
+
+    if not settings.redis_url:
+        return _fail("parley worker takes runs from a shared bus: give --redis-url (or use serve)")
+    services = build_services(settings, worker=True)
+    await upgrade(services.db)
+    await services.bus.ping()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await services.start()
+    assert services.worker is not None
+    log.info("parley worker %s taking runs", services.worker.worker_id)
+    await stop.wait()
+    log.info("parley worker stopping: finishing runs in progress")
+    await services.close(grace=settings.lease_seconds)
     return 0
 
 

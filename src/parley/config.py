@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="redis://…; without it the bus is in-process (one process)."
     )
+    redis_namespace: str = Field(
+        default="parley", pattern=r"^[A-Za-z0-9_.:-]+$", description="Prefix of every Redis key."
+    )
     engine: EngineKind = EngineKind.FAKE
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
     default_max_tokens: int = Field(default=512, gt=0)

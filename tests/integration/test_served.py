@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import free_port
 from tests.integration.test_walkthrough import walkthrough
+from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
 

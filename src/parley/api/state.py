@@ -66,7 +66,7 @@ def build_bus(settings: Settings) -> Bus:
     if settings.redis_url:
         from parley.bus.redis import RedisBus
 
-        return RedisBus(settings.redis_url, limits)
+        return RedisBus(settings.redis_url, limits, namespace=settings.redis_namespace)
     return MemoryBus(limits)
 
 

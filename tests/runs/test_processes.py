@@ -1,0 +1,205 @@
+"""Separate `api` and `worker` processes on Postgres + Redis: failover and crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.bus.conftest import REDIS_URL
+from tests.conftest import BACKENDS, _truncate
+from tests.processes import Parley, free_port
+from tests.sse import Event, events, text_of
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif("postgres" not in BACKENDS, reason="needs Postgres"),
+]
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.procs: list[Parley] = []
+
+    def api(self) -> tuple[Parley, str]:
+        port = free_port()
+        proc = Parley(["api", "--port", str(port)], self.env, self.tmp / f"api-{port}.log")
+        self.procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        proc.wait_ready(base)
+        return proc, base
+
+    def worker(self, **env: str) -> Parley:
+        n = len(self.procs)
+        proc = Parley(["worker"], {**self.env, **env}, self.tmp / f"worker-{n}.log")
+        self.procs.append(proc)
+        proc.wait_log("taking runs")
+        return proc
+
+
+@pytest.fixture
+def cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    asyncio.run(_truncate(postgres_url))
+    env = {
+        "PARLEY_DATABASE_URL": postgres_url,
+        "PARLEY_REDIS_URL": REDIS_URL,
+        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
+        "PARLEY_LEASE_SECONDS": "2",
+        "PARLEY_SWEEP_INTERVAL_SECONDS": "0.5",
+        "PARLEY_REQUEUE_STALE_AFTER_SECONDS": "3",
+        "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": "20",
+        "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": "40",
+        "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": "60",
+    }
+    c = Cluster(env, tmp_path)
+    yield c
+    for proc in c.procs:
+        proc.stop()
+
+
+async def _login(base: str) -> dict[str, str]:
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.post(
+            "/api/auth/signup", json={"email": "ada@example.com", "password": "long password"}
+        )
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+async def _chat(base: str, auth: dict[str, str]) -> str:
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.post("/api/chats", json={}, headers=auth)
+        chat_id: str = r.json()["id"]
+        return chat_id
+
+
+async def _run(base: str, auth: dict[str, str], run_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as c:
+        run: dict[str, Any] = (await c.get(f"/api/runs/{run_id}", headers=auth)).json()
+        return run
+
+
+async def _message(base: str, auth: dict[str, str], chat_id: str, mid: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.get(f"/api/chats/{chat_id}/messages", headers=auth)
+        found: dict[str, Any] = next(m for m in r.json()["data"] if m["id"] == mid)
+        return found
+
+
+async def _read(base: str, headers: dict[str, str], url: str) -> list[Event]:
+    got: list[Event] = []
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=30) as c,
+        c.stream("GET", url, headers=headers) as r,
+    ):
+        assert r.status_code == 200
+        async for ev in events(r):
+            got.append(ev)
+            if ev.event == "done":
+                break
+    return got
+
+
+async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: Cluster) -> None:
+    api1, base1 = cluster.api()
+    _, base2 = cluster.api()
+    cluster.worker()
+    auth = await _login(base1)
+    chat_id = await _chat(base1, auth)
+
+    seen: list[Event] = []
+    async with (
+        httpx.AsyncClient(base_url=base1, timeout=30) as c,
+        c.stream(
+            "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
+        ) as r,
+    ):
+        async for ev in events(r):
+            seen.append(ev)
+            if sum(1 for e in seen if e.event == "delta") == 10:
+                api1.kill()  # the api process dies mid-stream
+                break
+    run_id = seen[0].data["run_id"]
+    resume = {**auth, "Last-Event-ID": str(seen[-1].id)}
+    rest = await _read(base2, resume, f"/api/runs/{run_id}/events")
+    everything = seen + rest
+    ids = [e.id for e in everything]
+    assert len(ids) == len(set(ids))
+    assert everything[-1].data["status"] == "completed"
+    message = await _message(base2, auth, chat_id, everything[-1].data["message_id"])
+    assert text_of(everything) == message["content"]
+    assert sum(1 for e in everything if e.event == "delta") == 60
+
+
+async def test_sigkill_of_the_worker_mid_stream_fails_the_run_with_its_partial_text(
+    cluster: Cluster,
+) -> None:
+    _, base = cluster.api()
+    worker = cluster.worker()
+    auth = await _login(base)
+    chat_id = await _chat(base, auth)
+    seen: list[Event] = []
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=30) as c,
+        c.stream(
+            "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
+        ) as r,
+    ):
+        async for ev in events(r):
+            seen.append(ev)
+            if sum(1 for e in seen if e.event == "delta") == 5:
+                worker.kill()
+                killed_at = time.monotonic()
+            if ev.event == "done":
+                break  # the waiting client gets its terminal event
+    waited = time.monotonic() - killed_at
+    assert waited < 2 + 3, f"terminal event came {waited:.1f}s after the kill"
+    assert [e.event for e in seen[-2:]] == ["error", "done"]
+    assert seen[-1].data["status"] == "failed"
+    run = await _run(base, auth, seen[0].data["run_id"])
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "worker_lost"
+    message = await _message(base, auth, chat_id, run["message_id"])
+    assert message["status"] == "failed"
+    assert message["content"] == text_of(seen)
+    assert len(message["content"].split()) >= 5
+
+
+async def test_sigkill_before_the_first_token_requeues_and_another_worker_finishes(
+    cluster: Cluster,
+) -> None:
+    _, base = cluster.api()
+    worker = cluster.worker(PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="60000")
+    auth = await _login(base)
+    chat_id = await _chat(base, auth)
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.post(
+            f"/api/chats/{chat_id}/messages",
+            json={"content": "hi"},
+            headers={**auth, "Accept": "application/json"},
+        )
+        run_id = r.json()["run_id"]
+    while (await _run(base, auth, run_id))["status"] != "running":
+        await asyncio.sleep(0.05)
+    worker.kill()
+    killed_at = time.monotonic()
+    while (await _run(base, auth, run_id))["status"] != "queued":
+        assert time.monotonic() - killed_at < 2 + 3, "not re-queued within the lease + 3 s"
+        await asyncio.sleep(0.1)
+    cluster.worker()
+    evs = await _read(base, auth, f"/api/runs/{run_id}/events")
+    statuses = [e.data["status"] for e in evs if e.event == "status"]
+    assert statuses == ["queued", "running", "queued", "running"]
+    assert evs[-1].data["status"] == "completed"
+    run = await _run(base, auth, run_id)
+    assert run["status"] == "completed"
+    message = await _message(base, auth, chat_id, run["message_id"])
+    assert message["content"] == text_of(evs)
