@@ -55,6 +55,7 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
+        self._active: dict[str, _Progress] = {}
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -65,6 +66,16 @@ class Worker:
     async def run_forever(self) -> None:
         """Take and execute runs until stop() is called."""
         self._loop_task = asyncio.current_task()
+        renewer = asyncio.create_task(self._keep_leases(), name="leases")
+        try:
+            await self._take_runs()
+        finally:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))  # stop() has bounded them
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+
+    async def _take_runs(self) -> None:
         while not self._stopping.is_set():
             await self._slots.acquire()
             try:
@@ -124,10 +135,8 @@ class Worker:
             progress.cancelled = True
             await self._settle(run, progress)
             return
-        watchers = [
-            asyncio.create_task(self._watch_cancel(run.id, progress)),
-            asyncio.create_task(self._keep_lease(run.id, progress)),
-        ]
+        watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
+        self._active[run.id] = progress
         error: Exception | None = None
         try:
             await self._stream(run, request, progress)
@@ -137,9 +146,9 @@ class Worker:
             error = e
             log.exception("engine failed on run %s", run.id)
         finally:
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            self._active.pop(run.id, None)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         if progress.lease_lost:
             log.warning("run %s: lease lost to the sweeper; leaving it", run.id)
             return
@@ -168,17 +177,22 @@ class Worker:
         progress.cancelled = True
         await self._engine.abort(run_id)
 
-    async def _keep_lease(self, run_id: str, progress: _Progress) -> None:
+    async def _keep_leases(self) -> None:
+        """Renew all of this worker's leases at once, a third of a lease apart."""
         while True:
             await asyncio.sleep(self._settings.lease_seconds / 3)
-            async with self._db.transaction() as s:
-                held = await runs.renew_lease(
-                    s, run_id=run_id, worker_id=self.worker_id, lease=self.lease
-                )
-            if not held:
-                progress.lease_lost = True
-                await self._engine.abort(run_id)
-                return
+            if not self._active:
+                continue
+            try:
+                async with self._db.transaction() as s:
+                    held = await runs.renew_leases(s, worker_id=self.worker_id, lease=self.lease)
+            except Exception:
+                log.exception("lease renewal failed; retrying")
+                continue
+            for run_id, progress in list(self._active.items()):
+                if run_id not in held and not progress.lease_lost:
+                    progress.lease_lost = True
+                    await self._engine.abort(run_id)
 
     async def _settle(self, run: Run, progress: _Progress, error: Exception | None = None) -> None:
         text = "".join(progress.text)

@@ -105,7 +105,7 @@ class MemoryBus:
         while True:
             stream = self._live_stream(run_id)
             if stream is not None:
-                found = [e for e in stream.entries if _seq(e.id) > after_seq][:count]
+                found = _after(stream.entries, after_seq, count)
                 if found:
                     return found
                 waiter = stream.changed
@@ -190,6 +190,14 @@ class MemoryBus:
             slots.pop(stream_id, None)
             if not slots:
                 del self._slots[user_id]
+
+
+def _after(entries: list[StreamEntry], after_seq: int, count: int) -> list[StreamEntry]:
+    """Entries whose seq is above ``after_seq``; seqs are consecutive, so this is a slice."""
+    if not entries:
+        return []
+    start = max(0, after_seq - _seq(entries[0].id) + 1)
+    return entries[start : start + count]
 
 
 def _seq(entry_id: str | None) -> int:

@@ -164,13 +164,15 @@ async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelt
     )
 
 
-async def renew_lease(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> bool:
+async def renew_leases(s: AsyncSession, *, worker_id: str, lease: timedelta) -> set[str]:
+    """Extend every lease this worker holds, in one statement; the ids still held."""
     result = await s.execute(
         update(Run)
-        .where(Run.id == run_id, Run.worker_id == worker_id, Run.status == RunStatus.RUNNING)
+        .where(Run.worker_id == worker_id, Run.status == RunStatus.RUNNING)
         .values(lease_expires_at=utcnow() + lease)
+        .returning(Run.id)
     )
-    return bool(getattr(result, "rowcount", 0))
+    return set(result.scalars())
 
 
 async def history(s: AsyncSession, run: Run) -> list[Message]:

@@ -1,0 +1,326 @@
+"""What parley adds on top of its engine, and how many streams one process relays.
+
+    python bench/relay.py [--requests 200] [--tokens 64] [--stacks serve,split]
+
+Part 1, in one run: the fake engine with zero delays read in-process (the floor)
+vs. the same engine behind parley over HTTP/SSE, one request at a time. Prints time
+to first token (p50/p99) of each, the time parley adds, and the per-token relay
+cost. ``serve`` is the embedded default (SQLite, in-process bus, one process);
+``split`` is `parley api` + `parley worker` on Postgres and Redis.
+
+Part 2: one `parley serve` process, the fake engine at one token per 50 ms; open
+N concurrent streams (N doubling) and measure the gaps between tokens as the
+client sees them. Prints the inter-token p50/p99 at each N and the largest N whose
+p99 stays within 100 ms. The load comes from this process over raw sockets (a
+light client, so the client is not the bottleneck measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from parley.engines.fake import FakeEngine, FakeEngineConfig
+from parley.engines.interface import ChatMessage, GenerationRequest
+
+POSTGRES_URL = os.environ.get("PARLEY_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
+REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Proc:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "parley", "--log-level", "WARNING", *args],
+            env={**base, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+def wait_ready(base: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"parley at {base} did not become ready")
+
+
+def engine_env(ttft_ms: float, itl_ms: float, tokens: int, slots: int) -> dict[str, str]:
+    return {
+        "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": str(ttft_ms),
+        "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": str(itl_ms),
+        "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": str(tokens),
+        "PARLEY_FAKE_ENGINE__SLOTS": str(slots),
+        "PARLEY_MAX_OPEN_STREAMS_PER_USER": "100000",
+        "PARLEY_QUEUE_MAX": "100000",
+        "PARLEY_DEFAULT_MAX_TOKENS": str(max(tokens, 1)),
+    }
+
+
+@dataclass
+class Stack:
+    name: str
+    base: str
+    procs: list[Proc]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+
+
+def start_stack(kind: str, env: dict[str, str], tmp: Path) -> Stack:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    if kind == "serve":
+        data = tmp / f"serve-{port}"
+        proc = Proc(
+            ["serve", "--port", str(port), "--data-dir", str(data)], env, data.with_suffix(".log")
+        )
+        wait_ready(base)
+        return Stack("serve (SQLite, in-process bus)", base, [proc])
+    shared = {
+        **env,
+        "PARLEY_DATABASE_URL": POSTGRES_URL,
+        "PARLEY_REDIS_URL": REDIS_URL,
+        "PARLEY_REDIS_NAMESPACE": f"bench-{uuid.uuid4().hex[:8]}",
+    }
+    worker = Proc(["worker"], shared, tmp / f"worker-{port}.log")
+    api = Proc(["api", "--port", str(port)], shared, tmp / f"api-{port}.log")
+    wait_ready(base)
+    return Stack("api + worker (Postgres, Redis)", base, [api, worker])
+
+
+async def login(base: str) -> tuple[dict[str, str], str]:
+    async with httpx.AsyncClient(base_url=base) as c:
+        email = f"bench-{uuid.uuid4().hex[:8]}@example.com"
+        r = await c.post("/api/auth/signup", json={"email": email, "password": "bench password"})
+        r.raise_for_status()
+        auth = {"Authorization": f"Bearer {r.json()['token']}"}
+        chat = (await c.post("/api/chats", json={}, headers=auth)).json()["id"]
+        return auth, chat
+
+
+# -- part 1: overhead ---------------------------------------------------------------------
+
+
+async def engine_in_process(n: int, tokens: int) -> tuple[list[float], list[float]]:
+    engine = FakeEngine(FakeEngineConfig(0, 0, tokens, slots=1))
+    ttfts, per_token = [], []
+    for i in range(n):
+        req = GenerationRequest(f"r{i}", "parley-fake", [ChatMessage("user", f"q {i}")], tokens)
+        start = time.perf_counter()
+        first = last = start
+        count = 0
+        async for _ in engine.stream(req):
+            last = time.perf_counter()
+            if count == 0:
+                first = last
+            count += 1
+        ttfts.append(first - start)
+        per_token.append((last - first) / max(1, count - 1))
+    return ttfts, per_token
+
+
+async def through_parley(base: str, n: int) -> tuple[list[float], list[float]]:
+    auth, chat = await login(base)
+    ttfts, per_token = [], []
+    async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+        for i in range(n):
+            start = time.perf_counter()
+            first = last = start
+            count = 0
+            async with c.stream(
+                "POST", f"/api/chats/{chat}/messages", json={"content": f"q {i}"}, headers=auth
+            ) as r:
+                async for line in r.aiter_lines():
+                    if line == "event: delta":
+                        last = time.perf_counter()
+                        if count == 0:
+                            first = last
+                        count += 1
+                    elif line == "event: done":
+                        break
+            ttfts.append(first - start)
+            per_token.append((last - first) / max(1, count - 1))
+    return ttfts, per_token
+
+
+def ms(v: float) -> str:
+    return f"{v * 1000:8.3f}"
+
+
+async def part1(stacks: list[str], n: int, tokens: int, tmp: Path) -> None:
+    print(f"\n## Part 1: overhead, {n} requests one at a time, {tokens} tokens each, zero delays\n")
+    base_ttft, base_tok = await engine_in_process(n, tokens)
+    rows = [("fake engine in-process", base_ttft, base_tok)]
+    for kind in stacks:
+        stack = start_stack(kind, engine_env(0, 0, tokens, 64), tmp)
+        try:
+            await through_parley(stack.base, 10)  # warm-up
+            ttft, tok = await through_parley(stack.base, n)
+            rows.append((stack.name, ttft, tok))
+        finally:
+            stack.stop()
+    print(f"| {'path':34} | TTFT p50 ms | TTFT p99 ms | per token p50 ms | per token p99 ms |")
+    print(f"|{'-' * 36}|-------------|-------------|------------------|------------------|")
+    for name, ttft, tok in rows:
+        print(
+            f"| {name:34} | {ms(pct(ttft, 50))}    | {ms(pct(ttft, 99))}    |"
+            f" {ms(pct(tok, 50))}         | {ms(pct(tok, 99))}         |"
+        )
+    print()
+    for name, ttft, tok in rows[1:]:
+        added50 = pct(ttft, 50) - pct(base_ttft, 50)
+        added99 = pct(ttft, 99) - pct(base_ttft, 99)
+        relay = statistics.median(tok) - statistics.median(base_tok)
+        print(
+            f"{name}: parley adds {added50 * 1000:.2f} ms (p50) / {added99 * 1000:.2f} ms (p99)"
+            f" to the time to first token; relaying costs {relay * 1e6:.0f} µs per token"
+        )
+
+
+# -- part 2: concurrent streams -----------------------------------------------------------
+
+
+async def one_stream(
+    host: str, port: int, path: str, body: bytes, token: str, gaps: list[float], t0: float
+) -> bool:
+    reader, writer = await asyncio.open_connection(host, port)
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Accept: text/event-stream\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    writer.write(request)
+    await writer.drain()
+    last: float | None = None
+    done = False
+    try:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                break
+            now = time.perf_counter()
+            n = chunk.count(b"event: delta")
+            if n and last is not None and now > t0:
+                gaps.append(now - last)
+                gaps.extend([0.0] * (n - 1))  # tokens that arrived together: no gap between
+            if n:
+                last = now
+            if b"event: done" in chunk:
+                done = True
+                break
+    finally:
+        writer.close()
+    return done
+
+
+async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], int]:
+    auth, chat = await login(base)
+    token = auth["Authorization"].split()[1]
+    host, port = base.removeprefix("http://").split(":")
+    body = json.dumps({"content": "load"}).encode()
+    gaps: list[float] = []
+    t0 = time.perf_counter() + ramp + 0.5  # measure after every stream has started
+
+    async def start(i: int) -> bool:
+        await asyncio.sleep(ramp * i / streams)
+        return await one_stream(
+            host, int(port), f"/api/chats/{chat}/messages", body, token, gaps, t0
+        )
+
+    results = await asyncio.gather(*(start(i) for i in range(streams)), return_exceptions=True)
+    completed = sum(1 for r in results if r is True)
+    return gaps, completed
+
+
+async def part2(levels: list[int], tokens: int, tmp: Path) -> None:
+    print(
+        f"\n## Part 2: one `parley serve` process, streams at 1 token / 50 ms, {tokens} tokens each\n"
+    )
+    print("| streams | completed | inter-token p50 ms | p99 ms | max ms |")
+    print("|---------|-----------|--------------------|--------|--------|")
+    best = 0
+    for streams in levels:
+        stack = start_stack("serve", engine_env(0, 50, tokens, 100_000), tmp)
+        try:
+            gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
+        finally:
+            stack.stop()
+        p99 = pct(gaps, 99)
+        print(
+            f"| {streams:7} | {completed:9} | {ms(pct(gaps, 50))}           | {ms(p99)} |"
+            f" {ms(max(gaps) if gaps else float('nan'))} |"
+        )
+        if p99 <= 0.100 and completed == streams:
+            best = streams
+        else:
+            break
+    print(f"\none api process holds {best} concurrent streams with inter-token p99 <= 100 ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--stacks", default="serve,split")
+    parser.add_argument("--levels", default="50,100,200,400,800,1200,1600")
+    parser.add_argument("--load-tokens", type=int, default=100)
+    parser.add_argument("--skip", choices=["part1", "part2"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.skip != "part1":
+            asyncio.run(part1(args.stacks.split(","), args.requests, args.tokens, Path(tmp)))
+        if args.skip != "part2":
+            levels = [int(x) for x in args.levels.split(",")]
+            asyncio.run(part2(levels, args.load_tokens, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
