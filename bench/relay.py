@@ -278,15 +278,14 @@ async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], 
     return gaps, completed
 
 
-async def part2(levels: list[int], tokens: int, tmp: Path) -> None:
-    print(
-        f"\n## Part 2: one `parley serve` process, streams at 1 token / 50 ms, {tokens} tokens each\n"
-    )
+async def part2(kind: str, levels: list[int], tokens: int, tmp: Path) -> None:
+    title = "one `parley serve` process" if kind == "serve" else "one `parley api` + a worker"
+    print(f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} tokens each\n")
     print("| streams | completed | inter-token p50 ms | p99 ms | max ms |")
     print("|---------|-----------|--------------------|--------|--------|")
     best = 0
     for streams in levels:
-        stack = start_stack("serve", engine_env(0, 50, tokens, 100_000), tmp)
+        stack = start_stack(kind, engine_env(0, 50, tokens, 100_000), tmp)
         try:
             gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
         finally:
@@ -300,7 +299,7 @@ async def part2(levels: list[int], tokens: int, tmp: Path) -> None:
             best = streams
         else:
             break
-    print(f"\none api process holds {best} concurrent streams with inter-token p99 <= 100 ms")
+    print(f"\n{title} holds {best} concurrent streams with inter-token p99 <= 100 ms")
 
 
 def main() -> None:
@@ -312,6 +311,7 @@ def main() -> None:
     parser.add_argument("--stacks", default="serve,split")
     parser.add_argument("--levels", default="50,100,200,400,800,1200,1600")
     parser.add_argument("--load-tokens", type=int, default=100)
+    parser.add_argument("--load-stacks", default="serve,split")
     parser.add_argument("--skip", choices=["part1", "part2"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -319,7 +319,8 @@ def main() -> None:
             asyncio.run(part1(args.stacks.split(","), args.requests, args.tokens, Path(tmp)))
         if args.skip != "part2":
             levels = [int(x) for x in args.levels.split(",")]
-            asyncio.run(part2(levels, args.load_tokens, Path(tmp)))
+            for kind in args.load_stacks.split(","):
+                asyncio.run(part2(kind, levels, args.load_tokens, Path(tmp)))
 
 
 if __name__ == "__main__":

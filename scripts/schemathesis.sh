@@ -18,7 +18,10 @@ work=$(mktemp -d)
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 args=(serve --data-dir "$work" --port "$port")
 [ -n "$database_url" ] && args+=(--database-url "$database_url")
-"$py" -m parley "${args[@]}" >"$work/serve.log" 2>&1 &
+# a fast fake engine, so that every streamed answer ends within moments
+PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS=0 PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS=0 \
+  PARLEY_FAKE_ENGINE__OUTPUT_TOKENS=4 \
+  "$py" -m parley "${args[@]}" >"$work/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
 base=http://127.0.0.1:$port

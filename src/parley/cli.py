@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     handler: Handler = args.handler
     try:
-        return asyncio.run(handler(args, settings))
+        return _run(handler(args, settings))
     except KeyboardInterrupt:
         return 130
     except (OSError, SQLAlchemyError) as e:
@@ -241,6 +241,15 @@ async def _open_db(settings: Settings) -> Database:
     db = Database(settings.resolved_database_url)
     await upgrade(db)
     return db
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop where it is installed (it is a dependency), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def _safe_url(settings: Settings) -> str:

@@ -221,7 +221,10 @@ async def test_malformed_requests_get_clear_errors(
 
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
-    assert (await client.get("/readyz")).json() == {"status": "ready", "checks": {"store": "ok"}}
+    assert (await client.get("/readyz")).json() == {
+        "status": "ready",
+        "checks": {"store": "ok", "bus": "ok"},
+    }
 
 
 async def test_readiness_reports_a_dead_store(

@@ -41,7 +41,7 @@ def test_serve_embedded_default_creates_its_database(tmp_path: Path) -> None:
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert r.json() == {"status": "ready", "checks": {"store": "ok"}}
+        assert r.json() == {"status": "ready", "checks": {"store": "ok", "bus": "ok"}}
         assert (data / "parley.db").exists()
     finally:
         proc.terminate()

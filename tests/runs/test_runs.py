@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
+from parley.api.schemas import DeltaEventData, DoneEventData, ErrorEventData, StatusEventData
 from parley.api.state import Services
 from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine, FakeEngineConfig
@@ -72,6 +74,14 @@ async def test_send_streams_the_answer_and_stores_it(
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         evs = await collect(r)
+    payloads: dict[str, type[BaseModel]] = {
+        "status": StatusEventData,
+        "delta": DeltaEventData,
+        "error": ErrorEventData,
+        "done": DoneEventData,
+    }
+    for e in evs:  # every event matches its documented payload
+        payloads[e.event].model_validate(e.data, strict=False)
     kinds = [e.event for e in evs]
     assert kinds[:2] == ["status", "status"]
     assert [e.data["status"] for e in evs[:2]] == ["queued", "running"]

@@ -210,6 +210,62 @@ class RunOut(BaseModel):
     finished_at: datetime | None
 
 
+class StatusEventData(BaseModel):
+    """`event: status`: the run was queued (again) or started running."""
+
+    run_id: str
+    status: RunStatus
+
+
+class DeltaEventData(BaseModel):
+    """`event: delta`: more text; with `replace`, the whole stored text instead."""
+
+    text: str
+    tokens: int
+    replace: bool = False
+
+
+class ErrorEventData(BaseModel):
+    """`event: error`: why the run failed or was rejected; `done` follows."""
+
+    code: str
+    message: str
+
+
+class DoneEventData(BaseModel):
+    """`event: done`: the last event of every run's stream."""
+
+    run_id: str
+    message_id: str
+    status: RunStatus
+    finish_reason: str | None
+    usage: Usage
+
+
+def sse_item_schema() -> dict[str, object]:
+    """One event of a run's SSE stream, in OpenAPI's shape for text/event-stream items."""
+    payloads: list[type[BaseModel]] = [
+        StatusEventData,
+        DeltaEventData,
+        ErrorEventData,
+        DoneEventData,
+    ]
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string"},
+            "event": {"type": "string", "enum": ["status", "delta", "error", "done"]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": [m.model_json_schema() for m in payloads]},
+            },
+            "retry": {"type": "integer"},
+        },
+    }
+
+
 # --- health -------------------------------------------------------------------------------
 
 

@@ -118,7 +118,8 @@ class MemoryBus:
                 await asyncio.sleep(min(remaining, 0.05))
                 continue
             try:
-                await asyncio.wait_for(waiter.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await waiter.wait()
             except TimeoutError:
                 return []
 

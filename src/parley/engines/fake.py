@@ -94,14 +94,22 @@ class FakeEngine:
             event.set()
 
 
+# Pauses up to this long are plain sleeps (cheap); an abort lands at their end.
+_SHORT_PAUSE = 0.1
+
+
 async def _sleep_unless(aborted: asyncio.Event, seconds: float) -> bool:
-    """Sleep; True if aborted meanwhile."""
+    """Sleep; True if aborted meanwhile (at once for long pauses, at their end for short)."""
     if aborted.is_set():
         return True
     if seconds <= 0:
         return False
+    if seconds <= _SHORT_PAUSE:
+        await asyncio.sleep(seconds)
+        return aborted.is_set()
     try:
-        await asyncio.wait_for(aborted.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await aborted.wait()
     except TimeoutError:
         return False
     return True

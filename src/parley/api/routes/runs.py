@@ -10,7 +10,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
-from parley.api.schemas import MessageCreate, RunAccepted, RunError, RunOut, Usage
+from parley.api.schemas import (
+    MessageCreate,
+    RunAccepted,
+    RunError,
+    RunOut,
+    Usage,
+    sse_item_schema,
+)
 from parley.runs import cancel as cancelling
 from parley.runs.events import usage
 from parley.runs.relay import run_of
@@ -27,7 +34,7 @@ SSE_DOC = (
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": SSE_DOC,
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": sse_item_schema()}},
     }
 }
 
