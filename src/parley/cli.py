@@ -11,7 +11,9 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -102,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(handler(args, settings))
     except KeyboardInterrupt:
         return 130
+    except RedisError as e:
+        return _fail(f"cannot use redis at {_redact(settings.redis_url or '')}: {e}")
     except (OSError, SQLAlchemyError) as e:
         reason = getattr(e, "orig", None) or e
         return _fail(f"cannot use the database {_safe_url(settings)}: {reason}")
@@ -250,6 +254,14 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     except ImportError:
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _safe_url(settings: Settings) -> str:

@@ -172,3 +172,17 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     r = parley("serve", "--config", str(tmp_path / "nope.toml"))
     assert r.returncode == 2
     assert "config file not found" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["api", "worker"])
+def test_split_processes_need_a_shared_bus(tmp_path: Path, command: str) -> None:
+    r = parley(command, "--data-dir", str(tmp_path))
+    assert r.returncode == 1
+    assert "--redis-url" in r.stderr
+
+
+def test_an_unreachable_redis_is_named(tmp_path: Path) -> None:
+    r = parley("worker", "--data-dir", str(tmp_path), "--redis-url", "redis://127.0.0.1:1/0")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "redis" in r.stderr.lower()

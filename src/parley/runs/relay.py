@@ -33,17 +33,20 @@ class Relay:
         self._settings = settings
 
     async def open(
-        self, who: Principal, run_id: str, last_event_id: str | None
+        self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
     ) -> AsyncIterator[str]:
-        """Check access and take a stream slot now (errors before any byte is sent)."""
+        """Check access and take a stream slot now (errors before any byte is sent).
+
+        ``owned``: the caller has just made or read this run for this user."""
         if last_event_id is not None and not valid_entry_id(last_event_id):
             raise InvalidRequest(
                 "Last-Event-ID is not an event id of this stream",
                 code="invalid_last_event_id",
                 param="Last-Event-ID",
             )
-        async with self._db.transaction() as s:
-            await runs.get_run(s, user_id=who.user_id, run_id=run_id)
+        if not owned:
+            async with self._db.transaction() as s:
+                await runs.get_run(s, user_id=who.user_id, run_id=run_id)
         slot = secrets.token_hex(8)
         if not await self._bus.open_stream(
             who.user_id, slot, limit=self._settings.max_open_streams_per_user, ttl=self._slot_ttl

@@ -95,9 +95,8 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     )
     s.add(run)
     try:
-        async with s.begin_nested():
-            await s.flush()
-    except IntegrityError as e:
+        await s.flush()
+    except IntegrityError as e:  # the only unique key a new run can collide on
         raise DuplicateIdempotencyKey from e
     return run
 

@@ -82,7 +82,7 @@ async def send_message(
             status=run.status,
         )
         return JSONResponse(accepted.model_dump(mode="json"), status_code=status.HTTP_202_ACCEPTED)
-    events = await svc.relay.open(who, run.id, None)
+    events = await svc.relay.open(who, run.id, None, owned=True)
     return _sse(events)
 
 
