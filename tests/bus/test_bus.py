@@ -175,3 +175,11 @@ async def test_ping_and_entry_id_validation(bus: Bus) -> None:
     assert valid_entry_id("1732243200000-0")
     for bad in ("", "x", "1-", "-1", "1-a", "a-1", "1-2-3", "9" * 50 + "-0"):
         assert not valid_entry_id(bad), bad
+
+
+async def test_blocking_waits_longer_than_five_seconds_do_not_fail(bus: Bus) -> None:
+    """redis-py's default socket timeout is 5 s; a cancel wait or dequeue may block longer."""
+    start = time.monotonic()
+    results = await asyncio.gather(bus.wait_cancel("slow", timeout=6), bus.dequeue(timeout=6))
+    assert list(results) == [False, None]
+    assert time.monotonic() - start >= 5.9

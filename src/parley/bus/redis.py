@@ -22,17 +22,55 @@ Cluster hash tag (the part in braces), so the keys one script touches share a sl
     The user's open SSE streams: a sorted set of stream id -> expiry (server ms).
 
 Priorities must be in ``PRIORITY_MIN..PRIORITY_MAX`` (0..1000); others raise ValueError.
-Needs Redis >= 6.0 (fractional timeouts of blocking pops, scripts replicated by effect).
+Needs Redis >= 6.0 (fractional timeouts of blocking pops, scripts replicated by effect,
+``CLIENT UNBLOCK``).
+
+Blocking stream reads share one "tail" per bus (``_StreamTail``) instead of one blocking
+``XREAD`` per reader, so waiting SSE relays hold no pooled connection and a token costs one
+round trip for the whole process, not one per reader:
+
+* The tail keeps a *watch* per stream key this process has waiting readers for: the id it
+  reads after (``last``), the recent entries (a deque of at most ``_CACHE_SIZE``), ``base``
+  (every entry after it, up to ``last``, is in the deque), and an event that wakes readers.
+* One task, on a dedicated connection, loops on ``XREAD BLOCK 2000 COUNT 512 STREAMS k1 k2
+  ... id1 id2 ...`` over all watched keys, appends what comes to the watches and wakes their
+  readers. Watches nobody read for ``_IDLE_SECONDS`` (``_DONE_IDLE_SECONDS`` once a ``done``
+  event was seen) are dropped; with none left, the task sleeps until one is added. It
+  reconnects after errors (with backoff) and resumes from each watch's ``last``.
+* ``read(timeout > 0)`` answers from a watch that covers ``after`` (``after >= base``),
+  otherwise with a non-blocking ``XREAD`` (at most ``_READ_CONCURRENCY`` at a time), and when
+  there is nothing yet, waits on the watch (made at ``after`` if missing). At the deadline it
+  asks Redis once more unless the tail was surely following the key. ``read(timeout <= 0)``
+  is a plain non-blocking ``XREAD``, so it always sees the caller's own appends.
+* A watch added while the tail is blocked must get into its ``XREAD`` at once: every added
+  (or re-based) watch bumps a generation, the tail records the generation each ``XREAD`` was
+  built from, and one helper task sends ``CLIENT UNBLOCK <tail id>`` on the main pool
+  (retrying every ~1 ms, a bounded number of times, since the unblock can reach Redis before
+  the ``XREAD`` does) until the tail has rebuilt from that generation.
+
+A multi-key ``XREAD`` needs all its keys on one node. That holds for one Redis (or a
+replicated primary); on Redis Cluster the run streams spread over slots, so this would need
+one tail per node (grouping keys by slot owner), which is not done here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import json
+import logging
 import math
+import time
+from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.typing import KeyT, StreamIdT
 
 from parley.bus.interface import (
     BusLimits,
@@ -46,6 +84,24 @@ from parley.bus.interface import (
 PRIORITY_MIN = 0
 PRIORITY_MAX = 1000
 SEQ_BITS = 43  # (PRIORITY_MAX + 1) * 2**43 < 2**53: every score is an exact double
+
+MAX_BLOCK_SECONDS = 30.0
+POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
+
+# the stream tail (see the module docstring)
+_CACHE_SIZE = 1024  # entries kept per watched stream
+_TAIL_BLOCK_MS = 2000
+_TAIL_COUNT = 512
+_IDLE_SECONDS = 30.0  # a watch nobody read for this long is dropped
+_DONE_IDLE_SECONDS = 5.0  # ... or this long once its ``done`` event was seen
+_PRUNE_EVERY_SECONDS = 1.0
+_RETRY_MIN_SECONDS = 0.1
+_RETRY_MAX_SECONDS = 2.0
+_UNBLOCK_ATTEMPTS = 100  # CLIENT UNBLOCKs per nudge at most
+_NUDGE_SPINS = 3000  # ~1 ms sleeps per nudge at most (the tail rebuilds every 2 s anyway)
+_READ_CONCURRENCY = 4  # non-blocking XREADs of blocking reads in flight at once
+
+log = logging.getLogger(__name__)
 
 # KEYS: queue zset, seq counter. ARGV: run_id, priority, queue_max, SEQ_BITS, PRIORITY_MAX.
 # Returns 1 when queued, 0 when already queued, -1 when the queue is full.
@@ -134,7 +190,16 @@ class RedisBus:
             raise ValueError("the bus namespace must be non-empty and free of braces")
         self.limits = limits or BusLimits()
         self._ns = namespace
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._redis = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            max_connections=POOL_MAX_CONNECTIONS,
+            # blocking calls (BLPOP in wait_cancel, BZPOPMIN in dequeue) may wait longer
+            # than redis-py's default 5 s socket timeout; they are capped below this
+            socket_timeout=MAX_BLOCK_SECONDS + 10,
+        )
+        self._tail = _StreamTail(url, self._redis)
+        self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
         self._queue_key = f"{namespace}:{{queue}}:z"
         self._seq_key = f"{namespace}:{{queue}}:seq"
         self._enqueue = self._script(_ENQUEUE)
@@ -150,7 +215,10 @@ class RedisBus:
         await self._redis.ping()
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        try:
+            await self._tail.close()
+        finally:
+            await self._redis.aclose()
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -203,11 +271,78 @@ class RedisBus:
     async def read(
         self, run_id: str, after: str | None, *, timeout: float, count: int = 512
     ) -> list[StreamEntry]:
-        # an explicit id (never "$") also wakes on the first entry of a stream not made yet
         key = self._run_key(run_id, "events")
+        # an explicit id (never "$") also wakes on the first entry of a stream not made yet
+        after_text = after or "0-0"
+        after_id = _parse_id(after_text)
+        if timeout <= 0 or after_id is None or count < 1:
+            # not waiting, or an id the tail cannot order: one XREAD, as Redis answers it
+            return await self._xread(key, after_text, timeout, count)
+        return await self._read_tailed(key, after_text, after_id, timeout, count)
+
+    async def _xread(self, key: str, after: str, timeout: float, count: int) -> list[StreamEntry]:
         block = _ms(timeout) if timeout > 0 else None  # BLOCK 0 would wait forever
-        reply = await self._redis.xread({key: after or "0-0"}, count=count, block=block)
+        reply = await self._redis.xread({key: after}, count=count, block=block)
         return [_entry(entry_id, fields) for entry_id, fields in _stream_rows(reply)]
+
+    async def _read_now(self, key: str, after: str, count: int) -> list[StreamEntry]:
+        """A non-blocking XREAD for a blocking read, with few in flight (pooled connections)."""
+        async with self._reads:
+            return await self._xread(key, after, 0, count)
+
+    async def _read_tailed(
+        self, key: str, after: str, after_id: _Id, timeout: float, count: int
+    ) -> list[StreamEntry]:
+        """A blocking read served by the tail: the cache, else Redis once, then wait."""
+        tail = self._tail
+        deadline = time.monotonic() + timeout
+        watch = tail.watches.get(key)
+        up_to_date = False
+        if watch is not None:
+            if watch.broken:
+                return await self._xread(key, after, timeout, count)
+            watch.last_interest = time.monotonic()
+            found = watch.since(after_id, count)
+            if found:
+                return found
+            # the watch covers ``after`` and the tail follows the key: nothing is missing
+            up_to_date = found is not None and tail.following(watch)
+        if not up_to_date:
+            found = await self._read_now(key, after, count)
+            if found:
+                return found
+        while True:
+            watch = tail.watch(key, after_id)
+            if watch.broken:
+                remaining = deadline - time.monotonic()
+                return await self._xread(key, after, remaining, count)
+            changed = watch.changed  # taken before any await: no wake-up is missed
+            found = watch.since(after_id, count)
+            if found:
+                return found
+            if found is None:  # ``after`` is older than the cache: only Redis has the rest
+                found = await self._read_now(key, after, count)
+                if found:
+                    return found
+            tail.follow(watch)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            watch.waiters += 1
+            try:
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+            except TimeoutError:
+                break
+            finally:
+                watch.waiters -= 1
+        # the deadline: the cache if the tail surely followed the key, else Redis once more
+        watch = tail.watches.get(key)
+        if watch is not None and not watch.broken and tail.following(watch):
+            found = watch.since(after_id, count)
+            if found is not None:
+                return found
+        return await self._read_now(key, after, count)
 
     async def stream_exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._run_key(run_id, "events")))
@@ -245,14 +380,269 @@ class RedisBus:
         await self._redis.zrem(self._slots_key(user_id), stream_id)
 
 
+_Id = tuple[int, int]  # a stream entry id, ordered as Redis orders them
+
+
+class _Watch:
+    """What the tail keeps of one stream key: its recent entries and who waits for more."""
+
+    __slots__ = (
+        "base",
+        "broken",
+        "changed",
+        "done",
+        "entries",
+        "generation",
+        "last",
+        "last_interest",
+        "last_text",
+        "waiters",
+    )
+
+    def __init__(self, after: _Id, generation: int, now: float) -> None:
+        self.base = after  # every entry after ``base`` (up to ``last``) is in ``entries``
+        self.last = after  # the tail reads after this id
+        self.last_text = _id_text(after)
+        self.entries: deque[tuple[_Id, StreamEntry]] = deque(maxlen=_CACHE_SIZE)
+        self.changed = asyncio.Event()
+        self.generation = generation  # the tail generation this watch (or base) dates from
+        self.last_interest = now
+        self.waiters = 0
+        self.done = False  # a ``done`` event was seen
+        self.broken = False  # an entry did not parse: readers go to Redis themselves
+
+    def since(self, after: _Id, count: int) -> list[StreamEntry] | None:
+        """Cached entries after ``after`` (at most ``count``); None if the cache starts later."""
+        if after < self.base:
+            return None
+        found: list[StreamEntry] = []
+        for entry_id, entry in reversed(self.entries):  # readers are mostly near the end
+            if entry_id <= after:
+                break
+            found.append(entry)
+        found.reverse()
+        return found[:count]
+
+    def rebase(self, after: _Id, generation: int) -> None:
+        """Read from an earlier id (only while nothing is cached)."""
+        self.base = self.last = after
+        self.last_text = _id_text(after)
+        self.generation = generation
+
+    def add(self, entry_id: _Id, entry: StreamEntry) -> None:
+        if len(self.entries) == self.entries.maxlen:
+            self.base = self.entries[0][0]  # the oldest entry falls out
+        self.entries.append((entry_id, entry))
+        self.last = entry_id
+        self.last_text = entry.id
+        if entry.event.kind is EventKind.DONE:
+            self.done = True
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class _StreamTail:
+    """One blocking XREAD over every watched stream key, on its own connection."""
+
+    def __init__(self, url: str, redis: aioredis.Redis) -> None:
+        self._url = url
+        self._redis = redis  # the main pool: CLIENT UNBLOCK goes through it
+        self.watches: dict[str, _Watch] = {}
+        self._client: aioredis.Redis | None = None
+        self._client_id: int | None = None
+        self._generation = 0  # bumped when a watch is added or re-based
+        self._built = 0  # the generation the current (or last) XREAD was built from
+        self._blocked = False  # an XREAD is in flight on the tail connection
+        self._wake = asyncio.Event()  # set when a watch is added; the idle tail waits on it
+        self._task: asyncio.Task[None] | None = None
+        self._nudger: asyncio.Task[None] | None = None
+        self._pruned_at = 0.0
+        self._closed = False
+
+    def watch(self, key: str, after: _Id) -> _Watch:
+        """The key's watch, made at ``after`` if missing; marks a read of it."""
+        now = time.monotonic()
+        watch = self.watches.get(key)
+        if watch is None:
+            self._generation += 1
+            watch = self.watches[key] = _Watch(after, self._generation, now)
+        elif after < watch.base and not watch.entries:
+            # made at a later id that no entry has reached (e.g. a made-up Last-Event-ID)
+            self._generation += 1
+            watch.rebase(after, self._generation)
+        watch.last_interest = now
+        return watch
+
+    def following(self, watch: _Watch) -> bool:
+        """True if the tail is up and its XREAD reads ``watch`` from ``watch.last``."""
+        return (
+            self._client_id is not None
+            and self._built >= watch.generation
+            and self._task is not None
+            and not self._task.done()
+        )
+
+    def follow(self, watch: _Watch) -> None:
+        """Make sure the tail reads the watch's key soon: start it, wake it, unblock it."""
+        if self._closed:
+            return
+        if self._task is None or self._task.done():
+            # a fresh context: the tail outlives the read that happens to start it
+            self._task = asyncio.create_task(
+                self._run(), name="parley-redis-stream-tail", context=contextvars.Context()
+            )
+        self._wake.set()
+        if self._built < watch.generation and (self._nudger is None or self._nudger.done()):
+            self._nudger = asyncio.create_task(
+                self._nudge(), name="parley-redis-tail-nudge", context=contextvars.Context()
+            )
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = {t for t in (self._task, self._nudger) if t is not None}
+        while tasks := {t for t in tasks if not t.done()}:
+            # again and again: on Python 3.11, redis-py's asyncio.wait_for around a socket
+            # write can swallow a cancellation that lands just as the write completes
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=0.1)
+        await self._disconnect()
+
+    async def _nudge(self) -> None:
+        """CLIENT UNBLOCK the tail until its XREAD is built from the latest generation.
+
+        The unblock can reach Redis before the tail's XREAD does (it then unblocks nothing,
+        and the XREAD would block without the new key), hence the retries.
+        """
+        attempts = 0
+        for _ in range(_NUDGE_SPINS):
+            if self._closed or self._built >= self._generation or attempts >= _UNBLOCK_ATTEMPTS:
+                return
+            client_id = self._client_id
+            if self._blocked and client_id is not None:
+                attempts += 1
+                try:
+                    await self._redis.client_unblock(client_id)
+                except Exception as exc:
+                    log.debug("stream tail: CLIENT UNBLOCK failed: %s", exc)
+                    return  # the tail rebuilds within _TAIL_BLOCK_MS anyway
+            await asyncio.sleep(0.001)
+
+    async def _run(self) -> None:
+        pause = _RETRY_MIN_SECONDS
+        while not self._closed:
+            try:
+                await self._step()
+                pause = _RETRY_MIN_SECONDS
+            except Exception as exc:
+                unexpected = not isinstance(exc, RedisError | OSError)
+                log.warning(
+                    "stream tail: %s; reconnecting in %.1f s", exc, pause, exc_info=unexpected
+                )
+                await self._disconnect()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _RETRY_MAX_SECONDS)
+
+    async def _step(self) -> None:
+        now = time.monotonic()
+        if now - self._pruned_at >= _PRUNE_EVERY_SECONDS:
+            self._prune(now)
+        if not any(not w.broken for w in self.watches.values()):
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_IDLE_SECONDS):  # then prune the broken ones
+                    await self._wake.wait()
+            return
+        client = await self._connect()
+        watched = {key: w for key, w in self.watches.items() if not w.broken}
+        request: dict[KeyT, StreamIdT] = {key: w.last_text for key, w in watched.items()}
+        self._built = self._generation
+        self._blocked = True
+        try:
+            reply = await client.xread(request, count=_TAIL_COUNT, block=_TAIL_BLOCK_MS)
+        finally:
+            self._blocked = False
+        for key, rows in _streams(reply):
+            watch = self.watches.get(key)
+            if watch is None or watch is not watched.get(key) or watch.last_text != request[key]:
+                continue  # dropped or re-based meanwhile: the next XREAD reads it afresh
+            try:
+                for entry_id, fields in rows:
+                    entry = _entry(entry_id, fields)
+                    watch.add(_entry_id(entry.id), entry)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("stream tail: unreadable entry in %s: %s", key, exc)
+                watch.broken = True
+            if rows:
+                watch.notify()
+
+    def _prune(self, now: float) -> None:
+        self._pruned_at = now
+        for key, watch in list(self.watches.items()):
+            idle = now - watch.last_interest
+            if watch.waiters == 0 and (
+                idle > _IDLE_SECONDS or (watch.done and idle > _DONE_IDLE_SECONDS)
+            ):
+                del self.watches[key]
+
+    async def _connect(self) -> aioredis.Redis:
+        if self._client is None:
+            # no retries: a reconnect inside redis-py would change the id CLIENT UNBLOCK needs
+            client = aioredis.Redis.from_url(
+                self._url,
+                decode_responses=True,
+                max_connections=1,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=_TAIL_BLOCK_MS / 1000 + 10,  # the XREAD blocks; never time it out
+            )
+            try:
+                self._client_id = int(await client.client_id())
+            except BaseException:
+                await client.aclose()
+                raise
+            self._client = client
+        return self._client
+
+    async def _disconnect(self) -> None:
+        client, self._client, self._client_id = self._client, None, None
+        if client is not None:
+            try:
+                await client.aclose()
+            except Exception as exc:
+                log.debug("stream tail: closing the connection failed: %s", exc)
+
+
+def _parse_id(value: str) -> _Id | None:
+    """``<ms>-<seq>`` as a pair of ints; None for anything else (e.g. ``$``, ``5``)."""
+    ms, sep, seq = value.partition("-")
+    if not (sep and ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit()):
+        return None
+    parsed = int(ms), int(seq)
+    return parsed if max(parsed) < 2**64 else None
+
+
+def _entry_id(value: str) -> _Id:
+    parsed = _parse_id(value)
+    if parsed is None:
+        raise ValueError(f"not a stream entry id: {value!r}")
+    return parsed
+
+
+def _id_text(entry_id: _Id) -> str:
+    return f"{entry_id[0]}-{entry_id[1]}"
+
+
 def _ms(seconds: float) -> int:
     """Whole milliseconds, rounded up and at least 1 (0 means 'forever' to Redis)."""
     return max(1, math.ceil(seconds * 1000))
 
 
 def _block_seconds(seconds: float) -> float:
-    """A blocking-pop timeout in seconds, never 0 (which would block forever)."""
-    return _ms(seconds) / 1000
+    """A blocking-pop timeout in seconds: never 0 (which would block forever), at most
+    MAX_BLOCK_SECONDS (callers wait again; the socket timeout stays above it)."""
+    return min(_ms(seconds) / 1000, MAX_BLOCK_SECONDS)
 
 
 def _text(value: object) -> str:
@@ -283,6 +673,15 @@ def _stream_rows(reply: object) -> list[Any]:
     if isinstance(reply, dict):
         return list(next(iter(reply.values())))
     return list(cast(list[Any], reply)[0][1])
+
+
+def _streams(reply: object) -> list[tuple[str, list[Any]]]:
+    """Every stream of a multi-key XREAD reply: ``[[key, entries], ...]`` or a dict."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(_text(key), list(rows)) for key, rows in reply.items()]
+    return [(_text(row[0]), list(row[1])) for row in cast(list[Any], reply)]
 
 
 def _entry(entry_id: object, fields: object) -> StreamEntry:
