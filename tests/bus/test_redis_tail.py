@@ -7,6 +7,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import pytest
@@ -148,7 +149,7 @@ async def test_an_unblock_that_beats_the_tails_xread_is_retried(
     connect = tail._connect
 
     async def slow_connect() -> aioredis.Redis:
-        client: aioredis.Redis = await connect()
+        client: Any = await connect()
         if not hasattr(client, "slowed"):
             xread = client.xread
 
@@ -158,7 +159,7 @@ async def test_an_unblock_that_beats_the_tails_xread_is_retried(
 
             client.xread = slow_xread
             client.slowed = True
-        return client
+        return cast(aioredis.Redis, client)
 
     monkeypatch.setattr(tail, "_connect", slow_connect)
     try:
