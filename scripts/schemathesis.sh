@@ -19,7 +19,7 @@ port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
 args=(serve --data-dir "$work" --port "$port")
 [ -n "$database_url" ] && args+=(--database-url "$database_url")
 # a fast fake engine, so that every streamed answer ends within moments
-PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS=0 PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS=0 \
+PARLEY_ENGINE=fake PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS=0 PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS=0 \
   PARLEY_FAKE_ENGINE__OUTPUT_TOKENS=4 \
   "$py" -m parley "${args[@]}" >"$work/serve.log" 2>&1 &
 server=$!

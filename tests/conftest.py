@@ -92,7 +92,12 @@ def settings_overrides() -> dict[str, Any]:
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path, settings_overrides: dict[str, Any]) -> Settings:
     return load_settings(
-        **{"database_url": database_url, "data_dir": tmp_path, **settings_overrides}
+        **{
+            "database_url": database_url,
+            "data_dir": tmp_path,
+            "engine": "fake",
+            **settings_overrides,
+        }
     )
 
 

@@ -40,6 +40,7 @@ def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> No
         p.add_argument("--port", type=int)
     if engine:
         p.add_argument("--engine", choices=[k.value for k in EngineKind])
+        p.add_argument("--model", type=Path, help="the built-in engine's .gguf file or HF folder")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         k: getattr(args, k, None)
         for k in ("config_file", "data_dir", "database_url", "host", "port", "redis_url", "engine")
     }
+    model = getattr(args, "model", None)
+    if model is not None:
+        overrides["builtin_engine"] = {"model": model}
     try:
         settings = load_settings(**overrides)
     except ConfigurationError as e:

@@ -13,7 +13,7 @@ import os
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -37,7 +37,26 @@ class Environment(StrEnum):
 
 
 class EngineKind(StrEnum):
+    BUILTIN = "builtin"
     FAKE = "fake"
+
+
+class BuiltinEngineSettings(BaseModel):
+    """The built-in engine: which model, how much KV cache, how big a step."""
+
+    model_config = {"extra": "forbid"}
+
+    model: Path | None = Field(
+        default=None,
+        description="A .gguf file or a Hugging Face safetensors folder; default: SmolLM2-135M.",
+    )
+    model_name: str | None = Field(default=None, description="Name clients use; default: file's.")
+    kv_cache_tokens: int = Field(default=32_768, gt=0)
+    block_size: int = Field(default=16, gt=0)
+    max_batch_tokens: int = Field(default=512, gt=0)
+    max_running: int = Field(default=64, gt=0)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str | None = Field(default=None, description="cpu or cuda; default: cuda if present.")
 
 
 class FakeEngineSettings(BaseModel):
@@ -159,7 +178,8 @@ class Settings(BaseSettings):
     redis_namespace: str = Field(
         default="parley", pattern=r"^[A-Za-z0-9_.:-]+$", description="Prefix of every Redis key."
     )
-    engine: EngineKind = EngineKind.FAKE
+    engine: EngineKind = EngineKind.BUILTIN
+    builtin_engine: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(

@@ -18,7 +18,7 @@ from tests.processes import free_port
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "PARLEY_DATABASE_URL": database_url}
+    env = {**os.environ, "PARLEY_DATABASE_URL": database_url, "PARLEY_ENGINE": "fake"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "parley", "serve", "--data-dir", str(tmp_path), "--port", str(port)],
         env=env,

@@ -47,6 +47,7 @@ def run_settings(stack: tuple[str, str], tmp_path: Path, run_overrides: dict[str
     base: dict[str, Any] = {
         "database_url": url,
         "data_dir": tmp_path,
+        "engine": "fake",
         "fake_engine": {
             "time_to_first_token_ms": 5,
             "inter_token_latency_ms": 2,

@@ -52,6 +52,7 @@ def cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
         "PARLEY_DATABASE_URL": postgres_url,
         "PARLEY_REDIS_URL": REDIS_URL,
         "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
+        "PARLEY_ENGINE": "fake",
         "PARLEY_LEASE_SECONDS": "2",
         "PARLEY_SWEEP_INTERVAL_SECONDS": "0.5",
         "PARLEY_REQUEUE_STALE_AFTER_SECONDS": "3",

@@ -29,6 +29,8 @@ class GenerationRequest:
     temperature: float | None = None
     priority: int = 0
     stop: list[str] = field(default_factory=list)
+    top_p: float = 1.0
+    seed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

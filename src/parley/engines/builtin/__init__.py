@@ -1,0 +1,1 @@
+"""parley's built-in inference engine."""

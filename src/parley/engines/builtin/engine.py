@@ -1,0 +1,190 @@
+"""The built-in engine behind the Engine interface: an asyncio client of EngineLoop.
+
+``stream()`` renders the chat template, submits the token ids to the engine thread
+and yields each new piece of text as it is decoded; closing the stream early (or
+``abort()``) ends the sequence in the engine, which frees its KV blocks at once.
+Stop strings are applied here, holding back any text that could be the start of
+one, so a stop string never reaches the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import torch
+
+from parley.engines.builtin.core import EngineCore, EngineLoop, TokenEvent
+from parley.engines.builtin.loader import LoadedModel
+from parley.engines.builtin.model import LlamaModel, kv_bytes_per_slot
+from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
+from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
+
+DEFAULT_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinEngineConfig:
+    kv_cache_tokens: int = 32_768
+    block_size: int = 16
+    max_batch_tokens: int = 512
+    max_running: int = 64
+    dtype: torch.dtype = torch.float32
+    device: str | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    seq: Sequence
+    decoder: StreamDecoder
+    stop: tuple[str, ...]
+    queue: asyncio.Queue[Delta] = field(default_factory=asyncio.Queue)
+    held: str = ""  # decoded text not yet sent: it may begin a stop string
+    sent_prompt_tokens: bool = False
+    done: bool = False
+
+
+class BuiltinEngine:
+    def __init__(self, loaded: LoadedModel, config: BuiltinEngineConfig | None = None) -> None:
+        self.config = config or BuiltinEngineConfig()
+        self.name = loaded.name
+        self.tokenizer: TextTokenizer = loaded.tokenizer
+        device = torch.device(
+            self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        model = LlamaModel(loaded.config).to(device=device, dtype=self.config.dtype)
+        model.load_weights(loaded.weights)
+        model.eval()
+        num_blocks = max(2, self.config.kv_cache_tokens // self.config.block_size)
+        self.core = EngineCore(
+            model,
+            num_blocks=num_blocks,
+            block_size=self.config.block_size,
+            max_batch_tokens=self.config.max_batch_tokens,
+            max_running=self.config.max_running,
+            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
+        )
+        self.kv_cache_bytes = (
+            num_blocks
+            * self.config.block_size
+            * kv_bytes_per_slot(loaded.config, self.config.dtype)
+        )
+        self._loop_thread = EngineLoop(self.core, self._on_events)
+        self._streams: dict[str, _Stream] = {}
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._started = False
+
+    @property
+    def models(self) -> list[str]:
+        return [self.name]
+
+    def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True
+        )
+        return self.tokenizer.encode(text)
+
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        return len(self.prompt_ids(messages))
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        self._ensure_started()
+        temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        seq = Sequence(
+            seq_id=request.request_id,
+            prompt=self.prompt_ids(request.messages),
+            params=SamplingParams(
+                max_tokens=request.max_tokens,
+                temperature=temperature,
+                top_p=request.top_p,
+                seed=request.seed,
+                stop=tuple(request.stop),
+            ),
+            priority=request.priority,
+        )
+        state = _Stream(seq, StreamDecoder(self.tokenizer), tuple(request.stop))
+        self._streams[seq.seq_id] = state
+        self._loop_thread.submit(seq)
+        try:
+            while True:
+                delta = await state.queue.get()
+                yield delta
+                if delta.finish_reason is not None:
+                    return
+        finally:
+            if not state.done:
+                self._loop_thread.abort(seq)
+            self._streams.pop(seq.seq_id, None)
+
+    async def abort(self, request_id: str) -> None:
+        state = self._streams.get(request_id)
+        if state is not None and not state.done:
+            self._loop_thread.abort(state.seq)
+
+    async def close(self) -> None:
+        if self._started:
+            await asyncio.to_thread(self._loop_thread.stop)
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self._aio = asyncio.get_running_loop()
+            self._loop_thread.start()
+            self._started = True
+
+    # -- on the engine thread ----------------------------------------------------------------
+
+    def _on_events(self, events: list[TokenEvent]) -> None:
+        assert self._aio is not None
+        self._aio.call_soon_threadsafe(self._deliver, events)
+
+    # -- back on the event loop ----------------------------------------------------------------
+
+    def _deliver(self, events: list[TokenEvent]) -> None:
+        for event in events:
+            state = self._streams.get(event.seq.seq_id)
+            if state is None or state.done:
+                continue
+            delta = self._delta(state, event)
+            if delta is not None:
+                state.queue.put_nowait(delta)
+
+    def _delta(self, state: _Stream, event: TokenEvent) -> Delta | None:
+        text = state.decoder.feed(event.token) if event.token is not None else ""
+        finish = event.finish
+        if finish is not None:
+            text += state.decoder.flush()
+        text = state.held + text
+        state.held = ""
+        cut = _find_stop(text, state.stop)
+        if cut is not None:
+            text, finish = text[:cut], FinishReason.STOP
+            if event.finish is None:
+                self._loop_thread.abort(state.seq)
+        elif finish is None:
+            text, state.held = _hold_back(text, state.stop)
+        prompt_tokens = None
+        if not state.sent_prompt_tokens:
+            prompt_tokens = len(state.seq.prompt)
+            state.sent_prompt_tokens = True
+        if finish is not None:
+            state.done = True
+        tokens = 1 if event.token is not None else 0
+        return Delta(text, tokens, finish, prompt_tokens)
+
+
+def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [i for s in stops if (i := text.find(s)) >= 0]
+    return min(hits) if hits else None
+
+
+def _hold_back(text: str, stops: tuple[str, ...]) -> tuple[str, str]:
+    """Split off the longest end of ``text`` that is the beginning of a stop string."""
+    keep = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:n]):
+                keep = max(keep, n)
+                break
+    return (text[: len(text) - keep], text[len(text) - keep :]) if keep else (text, "")

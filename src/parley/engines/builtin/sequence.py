@@ -1,0 +1,58 @@
+"""A request inside the engine: its tokens, sampling parameters and state."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from parley.engines.interface import FinishReason
+
+_arrivals = itertools.count()
+
+
+class SeqStatus(StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    seq_id: str
+    prompt: list[int]
+    params: SamplingParams
+    priority: int = 0
+    arrival: int = field(default_factory=lambda: next(_arrivals))
+    output: list[int] = field(default_factory=list)
+    status: SeqStatus = SeqStatus.WAITING
+    num_computed: int = 0  # tokens whose K/V are in the cache
+    num_cached_prompt: int = 0  # of the prompt, found in the prefix cache at admission
+    finish_reason: FinishReason | None = None
+    preemptions: int = 0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def in_prefill(self) -> bool:
+        """More than one token still to feed (a fresh prompt, or a preempted sequence)."""
+        return self.num_tokens - self.num_computed > 1
+
+    def rank(self) -> tuple[int, int]:
+        """Sort key: higher priority first, then older first."""
+        return (-self.priority, self.arrival)

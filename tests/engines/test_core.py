@@ -1,0 +1,131 @@
+"""The engine core on a tiny random model: prefix cache, abort, preemption, priority."""
+
+from __future__ import annotations
+
+from parley.engines.builtin.core import EngineCore
+from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.interface import FinishReason
+from tests.engines.tiny import tiny_model
+
+
+def core(num_blocks: int = 64, max_batch_tokens: int = 512, max_running: int = 64) -> EngineCore:
+    return EngineCore(
+        tiny_model(),
+        num_blocks=num_blocks,
+        block_size=4,
+        max_batch_tokens=max_batch_tokens,
+        max_running=max_running,
+    )
+
+
+def seq(name: str, prompt: list[int], max_tokens: int = 12, priority: int = 0) -> Sequence:
+    return Sequence(name, list(prompt), SamplingParams(max_tokens=max_tokens), priority=priority)
+
+
+def drain(c: EngineCore) -> int:
+    steps = 0
+    while c.scheduler.has_work:
+        c.step()
+        steps += 1
+        assert steps < 10_000, "the engine did not finish"
+    return steps
+
+
+SHARED = list(range(3, 43))  # 40 tokens: 10 full blocks of 4
+
+
+def test_a_shared_prefix_is_served_from_the_cache_and_changes_nothing() -> None:
+    c = core()
+    first = seq("a", [*SHARED, 50, 51])
+    c.add(first)
+    drain(c)
+    second = seq("b", [*SHARED, 60, 61, 62])
+    c.add(second)
+    drain(c)
+    assert second.num_cached_prompt == 40  # the whole shared prefix
+    assert c.blocks.hits >= 40
+    cold = core()
+    again = seq("b", [*SHARED, 60, 61, 62])
+    cold.add(again)
+    drain(cold)
+    assert again.num_cached_prompt == 0
+    assert second.output == again.output  # the cache changes no token
+
+
+def test_abort_frees_the_blocks_at_once() -> None:
+    c = core(num_blocks=32)
+    s = seq("a", list(range(3, 30)), max_tokens=100)
+    c.add(s)
+    for _ in range(3):
+        c.step()
+    assert c.blocks.usage > 0
+    c.abort(s)
+    assert s.status is SeqStatus.FINISHED
+    assert c.blocks.usage == 0
+    assert not c.scheduler.has_work
+
+
+def test_preemption_under_a_small_cache_keeps_outputs_and_never_deadlocks() -> None:
+    prompts = [list(range(3 + i, 23 + i)) for i in range(6)]  # 20 tokens each
+    roomy = core(num_blocks=200)
+    expected = []
+    for i, p in enumerate(prompts):
+        s = seq(f"s{i}", p, max_tokens=20)
+        roomy.add(s)
+        expected.append(s)
+    drain(roomy)
+    tight = core(num_blocks=24)  # 96 slots for 6 sequences of up to 40 tokens
+    got = []
+    for i, p in enumerate(prompts):
+        s = seq(f"s{i}", p, max_tokens=20)
+        tight.add(s)
+        got.append(s)
+    drain(tight)
+    assert sum(s.preemptions for s in got) > 0
+    assert [s.output for s in got] == [s.output for s in expected]
+    assert tight.blocks.usage == 0
+
+
+def test_priority_decides_admission_and_preemption() -> None:
+    c = core(num_blocks=16, max_running=8)  # each needs 13 blocks at the end: not both
+    low = seq("low", list(range(3, 23)), max_tokens=30, priority=0)
+    high = seq("high", list(range(30, 50)), max_tokens=30, priority=5)
+    c.add(low)
+    c.step()
+    c.add(high)
+    drain(c)
+    assert high.preemptions == 0
+    assert low.preemptions > 0
+    assert len(high.output) == len(low.output) == 30
+
+
+def test_a_prompt_larger_than_the_cache_ends_instead_of_blocking() -> None:
+    c = core(num_blocks=4)
+    big = seq("big", list(range(3, 60)))
+    small = seq("small", [5, 6, 7], max_tokens=3)
+    c.add(big)
+    c.add(small)
+    events = []
+    while c.scheduler.has_work:
+        events += c.step()
+    ended = [e for e in events if e.seq is big]
+    assert ended
+    assert ended[0].finish is FinishReason.LENGTH
+    assert big.output == []
+    assert len(small.output) == 3
+
+
+def test_batches_mix_prefill_chunks_with_decodes() -> None:
+    c = core(max_batch_tokens=16)
+    a = seq("a", [5, 6, 7], max_tokens=40)
+    c.add(a)
+    c.step()
+    c.step()
+    b = seq("b", list(range(3, 60)), max_tokens=5)
+    c.add(b)
+    c.step()
+    stats = c.last_step
+    assert stats is not None
+    assert stats.batch_sequences == 2  # a decodes while b's prompt is chunked in
+    assert stats.batch_tokens == 16
+    assert len(a.output) == 3
