@@ -7,6 +7,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gguf import GGUFReader
+
 from parley.errors import ConfigurationError
 
 SUPPORTED_ARCHITECTURES = ("llama",)
@@ -112,7 +114,7 @@ class ModelConfig:
         return cls(**data)
 
 
-def gguf_metadata(reader: Any) -> dict[str, Any]:
+def gguf_metadata(reader: GGUFReader) -> dict[str, Any]:
     """Every key/value of a ``gguf.GGUFReader`` as plain Python values (lists for arrays)."""
     return {
         name: field.contents()

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,8 +121,11 @@ def _load_gguf_cached(path: Path, cache_dir: Path) -> LoadedModel:
     cache_file = cache_dir / _cache_name(path)
     cached = _read_cache(cache_file)
     if cached is not None:
+        log.info("loaded %s from the cache %s", path.name, cache_file)
         return cached
+    start = time.perf_counter()
     loaded = _load_gguf(path)
+    log.info("dequantized %s in %.1fs", path.name, time.perf_counter() - start)
     _write_cache(cache_file, loaded)
     return loaded
 

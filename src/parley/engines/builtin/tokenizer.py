@@ -31,6 +31,9 @@ GGUF_SPECIAL_TOKEN_KEYS = {
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 REPLACEMENT_CHAR = "\ufffd"
+# A UTF-8 character has at most 4 bytes, so valid text never needs more than 3 tokens held
+# back; past this many, the U+FFFD is really in the output and is let through (bounded work).
+MAX_HELD_TOKENS = 8
 
 
 class TextTokenizer:
@@ -150,7 +153,8 @@ class StreamDecoder:
     """Turns token ids, fed one at a time, into text that is safe to send right away.
 
     Text is never emitted while it ends in an incomplete UTF-8 sequence (decoded as U+FFFD):
-    it is held back until the next token completes it. Everything ``feed`` returned plus
+    it is held back until a later token completes it (or, for output that is really invalid,
+    until ``MAX_HELD_TOKENS`` tokens have piled up). Everything ``feed`` returned plus
     ``flush()`` equals ``tokenizer.decode(all_ids, skip_special_tokens=...)``. Each step decodes
     only the ids since the last emitted character boundary (plus the previous piece, so that
     decoders that strip a leading space see the same context as a full decode).
@@ -175,9 +179,11 @@ class StreamDecoder:
     def _emit(self, *, final: bool) -> str:
         prefix_text = self._decode(self._ids[self._prefix : self._read])
         text = self._decode(self._ids[self._prefix :])
-        if not final and (len(text) <= len(prefix_text) or text.endswith(REPLACEMENT_CHAR)):
+        pending = len(text) <= len(prefix_text) or text.endswith(REPLACEMENT_CHAR)
+        if pending and not final and len(self._ids) - self._read < MAX_HELD_TOKENS:
             return ""
-        self._prefix, self._read = self._read, len(self._ids)
+        del self._ids[: self._read]  # keep only the new context window
+        self._prefix, self._read = 0, len(self._ids)
         return text[len(prefix_text) :]
 
     def _decode(self, ids: list[int]) -> str:
