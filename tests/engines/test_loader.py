@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from parley.engines.builtin.tokenizer import (
     MAX_HELD_TOKENS,
     StreamDecoder,
     TextTokenizer,
-    _bytes_to_unicode,
+    bytes_to_unicode,
 )
 from parley.errors import ConfigurationError
 
@@ -87,14 +88,16 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="module")
-def loads(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Loads:
-    cache_dir = tmp_path_factory.mktemp("model-cache")
-    start = time.perf_counter()
-    first = load_model(None, cache_dir=cache_dir)
-    middle = time.perf_counter()
-    cached = load_model(model_path, cache_dir=cache_dir)
-    end = time.perf_counter()
-    return Loads(first, middle - start, cached, end - middle, cache_dir)
+def loads(model_path: Path) -> Iterator[Loads]:
+    """Load twice: dequantizing (cold cache), then from the cache. The 0.5 GB cache is removed."""
+    with tempfile.TemporaryDirectory(prefix="parley-model-cache-") as cache:
+        cache_dir = Path(cache)
+        start = time.perf_counter()
+        first = load_model(None, cache_dir=cache_dir)
+        middle = time.perf_counter()
+        cached = load_model(model_path, cache_dir=cache_dir)
+        end = time.perf_counter()
+        yield Loads(first, middle - start, cached, end - middle, cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +192,8 @@ def test_stream_decoder_flushes_a_dangling_fragment(tokenizer: TextTokenizer) ->
 
 def test_stream_decoder_lets_really_invalid_bytes_through(tokenizer: TextTokenizer) -> None:
     """A run of lone continuation bytes never completes: it is released, not held forever."""
-    stray = tokenizer.tokenizer.token_to_id(_bytes_to_unicode()[0x80])
+    stray = tokenizer.tokenizer.token_to_id(bytes_to_unicode()[0x80])
+    assert stray is not None
     ids = [stray] * (2 * MAX_HELD_TOKENS) + tokenizer.encode(" ok")
     decoder = StreamDecoder(tokenizer)
     pieces = [decoder.feed(i) for i in ids]
@@ -259,13 +263,15 @@ def test_load_casts_to_dtype(model_path: Path, loads: Loads) -> None:
 
 
 def test_hugging_face_folder_loads_like_the_gguf(
-    loads: Loads, hf_model: Any, hf_tokenizer: Any, tmp_path: Path
+    loads: Loads, hf_model: Any, hf_tokenizer: Any
 ) -> None:
-    hf_model.config.save_pretrained(tmp_path)
-    hf_tokenizer.save_pretrained(tmp_path)
-    _save_sharded(loads.first.weights, tmp_path)
-    folder = load_model(tmp_path)
-    assert folder.name == tmp_path.name
+    with tempfile.TemporaryDirectory(prefix="parley-hf-folder-") as scratch:
+        path = Path(scratch) / "smollm2"
+        hf_model.config.save_pretrained(path)
+        hf_tokenizer.save_pretrained(path)
+        _save_sharded(loads.first.weights, path)
+        folder = load_model(path)
+    assert folder.name == "smollm2"
     assert folder.config == loads.first.config
     assert folder.weights.keys() == loads.first.weights.keys()
     assert all(torch.equal(folder.weights[k], v) for k, v in loads.first.weights.items())

@@ -255,12 +255,12 @@ def _byte_level_spelling(token: str, token_type: int) -> str:
         return token
     if set(token) <= _byte_alphabet():
         return token
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
     return "".join(table[b] for b in token.encode("utf-8"))
 
 
 @cache
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character table."""
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     table = {b: chr(b) for b in printable}
@@ -274,7 +274,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 @cache
 def _byte_alphabet() -> frozenset[str]:
-    return frozenset(_bytes_to_unicode().values())
+    return frozenset(bytes_to_unicode().values())
 
 
 # -- Hugging Face folder --------------------------------------------------------------------------
