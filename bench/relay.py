@@ -89,8 +89,22 @@ def wait_ready(base: str, timeout: float = 60) -> None:
     raise SystemExit(f"parley at {base} did not become ready")
 
 
+BENCH_TIERS = """
+default_tier = "bench"
+[tiers.bench]
+priority = 0
+tokens_per_minute = 100000000
+burst_tokens = 100000000
+max_concurrent_runs = 100000
+max_output_tokens = 8192
+"""
+
+
 def engine_env(ttft_ms: float, itl_ms: float, tokens: int, slots: int) -> dict[str, str]:
+    config = Path(tempfile.gettempdir()) / f"parley-bench-{os.getpid()}.toml"
+    config.write_text(BENCH_TIERS)
     return {
+        "PARLEY_CONFIG_FILE": str(config),
         "PARLEY_ENGINE": "fake",
         "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": str(ttft_ms),
         "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": str(itl_ms),
@@ -228,8 +242,10 @@ async def part1(stacks: list[str], n: int, tokens: int, tmp: Path) -> None:
 
 
 async def one_stream(
-    host: str, port: int, path: str, body: bytes, token: str, gaps: list[float], t0: float
-) -> bool:
+    host: str, port: int, path: str, body: bytes, token: str, marks: list[tuple[float, float]]
+) -> tuple[float | None, float | None]:
+    """One SSE stream over a raw socket; appends (time, gap) per token; returns the times
+    of its first token and of its end."""
     reader, writer = await asyncio.open_connection(host, port)
     request = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
@@ -238,57 +254,64 @@ async def one_stream(
     ).encode() + body
     writer.write(request)
     await writer.drain()
+    first: float | None = None
     last: float | None = None
-    done = False
     try:
         while True:
             chunk = await reader.read(65536)
             if not chunk:
-                break
+                return first, None
             now = time.perf_counter()
             n = chunk.count(b"event: delta")
-            if n and last is not None and now > t0:
-                gaps.append(now - last)
-                gaps.extend([0.0] * (n - 1))  # tokens that arrived together: no gap between
             if n:
+                if last is not None:
+                    marks.append((now, now - last))
+                marks.extend([(now, 0.0)] * (n - 1))  # arrived together: no gap between
+                first = first if first is not None else now
                 last = now
             if b"event: done" in chunk:
-                done = True
-                break
+                return first, now
     finally:
         writer.close()
-    return done
 
 
 async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], int]:
+    """Gaps between tokens while every stream is flowing: after the last stream's first
+    token and before the first stream's end (start-up and settling are Part 1's cost)."""
     auth, chat = await login(base)
     token = auth["Authorization"].split()[1]
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"content": "load"}).encode()
-    gaps: list[float] = []
-    t0 = time.perf_counter() + ramp + 0.5  # measure after every stream has started
+    marks: list[tuple[float, float]] = []
 
-    async def start(i: int) -> bool:
+    async def start(i: int) -> tuple[float | None, float | None]:
         await asyncio.sleep(ramp * i / streams)
-        return await one_stream(
-            host, int(port), f"/api/chats/{chat}/messages", body, token, gaps, t0
-        )
+        return await one_stream(host, int(port), f"/api/chats/{chat}/messages", body, token, marks)
 
     results = await asyncio.gather(*(start(i) for i in range(streams)), return_exceptions=True)
-    completed = sum(1 for r in results if r is True)
-    return gaps, completed
+    spans = [r for r in results if isinstance(r, tuple) and r[0] is not None and r[1] is not None]
+    if not spans:
+        return [], 0
+    begin = max(f for f, _ in spans if f is not None)
+    end = min(e for _, e in spans if e is not None)
+    gaps = [gap for at, gap in marks if begin < at <= end]
+    return gaps, len(spans)
 
 
 async def part2(kind: str, levels: list[int], tokens: int, tmp: Path) -> None:
     title = "one `parley serve` process" if kind == "serve" else "one `parley api` + a worker"
-    print(f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} tokens each\n")
+    print(f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} + N/2 tokens each\n")
     print("| streams | completed | inter-token p50 ms | p99 ms | max ms |")
     print("|---------|-----------|--------------------|--------|--------|")
     best = 0
     for streams in levels:
-        stack = start_stack(kind, engine_env(0, 50, tokens, 100_000), tmp)
+        # every stream must still be flowing when the last one starts: longer at higher N
+        length = tokens + streams // 2
+        stack = start_stack(kind, engine_env(0, 50, length, 100_000), tmp)
         try:
             gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
+            if not gaps:
+                raise SystemExit(f"no stream completed at {streams}")
         finally:
             stack.stop()
         p99 = pct(gaps, 99)
@@ -311,7 +334,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--stacks", default="serve,split")
     parser.add_argument("--levels", default="50,100,200,400,800,1200,1600")
-    parser.add_argument("--load-tokens", type=int, default=100)
+    parser.add_argument("--load-tokens", type=int, default=160)
     parser.add_argument("--load-stacks", default="serve,split")
     parser.add_argument("--skip", choices=["part1", "part2"])
     args = parser.parse_args()

