@@ -31,8 +31,8 @@ serve: $(VENV)/.runtime
 test: lint typecheck pytest fuzz
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy

@@ -19,6 +19,8 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -67,9 +69,10 @@ def baseline(loaded: LoadedModel, n: int, tokens: int) -> float:
     import transformers
 
     path = default_model_path()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, dtype=torch.float32
-    ).eval()
+    )
+    model.eval()
     engine_for_ids = _ids(loaded)
     total_tokens = 0
     start = time.perf_counter()
@@ -87,7 +90,7 @@ def baseline(loaded: LoadedModel, n: int, tokens: int) -> float:
     return total_tokens / (time.perf_counter() - start)
 
 
-def _ids(loaded: LoadedModel):  # type: ignore[no-untyped-def]
+def _ids(loaded: LoadedModel) -> Callable[[list[ChatMessage]], list[int]]:
     def ids(messages: list[ChatMessage]) -> list[int]:
         text = loaded.tokenizer.apply_chat_template(
             [{"role": m.role, "content": m.content} for m in messages]
