@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,38 @@ async def _read(base: str, headers: dict[str, str], url: str) -> list[Event]:
     return got
 
 
+async def _send(
+    base: str,
+    auth: dict[str, str],
+    chat_id: str,
+    *,
+    after_deltas: int,
+    act: Callable[[], None],
+    then_stop: bool,
+) -> tuple[list[Event], float]:
+    """Send a prompt and read its stream; after ``after_deltas`` deltas call ``act`` (and
+    stop reading if ``then_stop``, else read on to ``done``). Returns the events and when
+    ``act`` ran."""
+    seen: list[Event] = []
+    acted_at = 0.0
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=30) as c,
+        c.stream(
+            "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
+        ) as r,
+    ):
+        async for ev in events(r):
+            seen.append(ev)
+            if ev.event == "delta" and sum(e.event == "delta" for e in seen) == after_deltas:
+                act()
+                acted_at = time.monotonic()
+                if then_stop:
+                    break
+            if ev.event == "done":
+                break
+    return seen, acted_at
+
+
 async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: Cluster) -> None:
     api1, base1 = cluster.api()
     _, base2 = cluster.api()
@@ -116,18 +148,8 @@ async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: C
     auth = await _login(base1)
     chat_id = await _chat(base1, auth)
 
-    seen: list[Event] = []
-    async with (
-        httpx.AsyncClient(base_url=base1, timeout=30) as c,
-        c.stream(
-            "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
-        ) as r,
-    ):
-        async for ev in events(r):
-            seen.append(ev)
-            if sum(1 for e in seen if e.event == "delta") == 10:
-                api1.kill()  # the api process dies mid-stream
-                break
+    # the api process dies mid-stream
+    seen, _ = await _send(base1, auth, chat_id, after_deltas=10, act=api1.kill, then_stop=True)
     run_id = seen[0].data["run_id"]
     resume = {**auth, "Last-Event-ID": str(seen[-1].id)}
     rest = await _read(base2, resume, f"/api/runs/{run_id}/events")
@@ -147,20 +169,10 @@ async def test_sigkill_of_the_worker_mid_stream_fails_the_run_with_its_partial_t
     worker = cluster.worker()
     auth = await _login(base)
     chat_id = await _chat(base, auth)
-    seen: list[Event] = []
-    async with (
-        httpx.AsyncClient(base_url=base, timeout=30) as c,
-        c.stream(
-            "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
-        ) as r,
-    ):
-        async for ev in events(r):
-            seen.append(ev)
-            if sum(1 for e in seen if e.event == "delta") == 5:
-                worker.kill()
-                killed_at = time.monotonic()
-            if ev.event == "done":
-                break  # the waiting client gets its terminal event
+    # the waiting client reads on until its terminal event
+    seen, killed_at = await _send(
+        base, auth, chat_id, after_deltas=5, act=worker.kill, then_stop=False
+    )
     waited = time.monotonic() - killed_at
     assert waited < 2 + 3, f"terminal event came {waited:.1f}s after the kill"
     assert [e.event for e in seen[-2:]] == ["error", "done"]

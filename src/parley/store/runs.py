@@ -47,35 +47,27 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     """The user message, the assistant placeholder and the queued run, in the caller's tx."""
     now = utcnow()
     run_id = new_id("run")
-    user_msg = await chats.add_message(
-        s,
-        Message(
-            id=chats.new_message_id(),
-            user_id=new.user_id,
-            chat_id=new.chat_id,
-            role=MessageRole.USER,
-            content=new.content,
-            status=MessageStatus.COMPLETED,
-            run_id=run_id,
-            created_at=now,
-            updated_at=now,
-        ),
-    )
-    assistant = await chats.add_message(
-        s,
-        Message(
-            id=chats.new_message_id(),
-            user_id=new.user_id,
-            chat_id=new.chat_id,
-            role=MessageRole.ASSISTANT,
-            content="",
-            status=MessageStatus.IN_PROGRESS,
-            run_id=run_id,
-            model=new.model,
-            created_at=now,
-            updated_at=now,
-        ),
-    )
+
+    async def message(role: MessageRole, content: str, status: MessageStatus) -> Message:
+        model = new.model if role is MessageRole.ASSISTANT else None
+        return await chats.add_message(
+            s,
+            Message(
+                id=chats.new_message_id(),
+                user_id=new.user_id,
+                chat_id=new.chat_id,
+                role=role,
+                content=content,
+                status=status,
+                run_id=run_id,
+                model=model,
+                created_at=now,
+                updated_at=now,
+            ),
+        )
+
+    user_msg = await message(MessageRole.USER, new.content, MessageStatus.COMPLETED)
+    assistant = await message(MessageRole.ASSISTANT, "", MessageStatus.IN_PROGRESS)
     run = Run(
         id=run_id,
         user_id=new.user_id,
