@@ -224,10 +224,9 @@ async def test_a_disconnect_does_not_cancel(
     ) as r:
         async for ev in events(r):
             if ev.event == "delta":
-                run_id = None
-                break
-    runs = (await run_client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]
-    run_id = runs[0]["run_id"]
+                break  # the client goes away after the first token
+    msgs = (await run_client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]
+    run_id = msgs[0]["run_id"]
     run = await wait_run(run_client, auth, run_id)
     assert run["status"] == "completed"
     assert run["usage"]["completion_tokens"] == 24

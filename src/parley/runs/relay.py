@@ -48,9 +48,7 @@ class Relay:
             async with self._db.transaction() as s:
                 await runs.get_run(s, user_id=who.user_id, run_id=run_id)
         slot = secrets.token_hex(8)
-        if not await self._bus.open_stream(
-            who.user_id, slot, limit=self._settings.max_open_streams_per_user, ttl=self._slot_ttl
-        ):
+        if not await self._hold(who, slot):
             raise RateLimited(
                 f"at most {self._settings.max_open_streams_per_user} open streams per user",
                 code="too_many_streams",
@@ -58,9 +56,14 @@ class Relay:
             )
         return self._relay(who, run_id, last_event_id, slot)
 
-    @property
-    def _slot_ttl(self) -> float:
-        return self._settings.ping_interval_seconds * 2 + 5
+    async def _hold(self, who: Principal, slot: str) -> bool:
+        """Take, or refresh, one of the user's stream slots (a held slot always refreshes)."""
+        return await self._bus.open_stream(
+            who.user_id,
+            slot,
+            limit=self._settings.max_open_streams_per_user,
+            ttl=self._settings.ping_interval_seconds * 2 + 5,
+        )
 
     async def _relay(
         self, who: Principal, run_id: str, after: str | None, slot: str
@@ -84,9 +87,7 @@ class Relay:
                             yield frame
                         return
                 yield sse_ping()
-                await self._bus.open_stream(
-                    who.user_id, slot, limit=10**9, ttl=self._slot_ttl
-                )  # refresh the held slot
+                await self._hold(who, slot)  # refresh the slot this stream holds
         finally:
             # the client is gone and this task is being cancelled: give the slot back anyway
             with anyio.CancelScope(shield=True):
