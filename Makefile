@@ -10,6 +10,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 ARGS ?=
 FUZZ_SECONDS ?= 45
 POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: serve test lint typecheck pytest fuzz clean
 
@@ -28,7 +29,7 @@ $(VENV)/.dev: $(VENV)/.runtime
 serve: $(VENV)/.runtime
 	$(VENV)/bin/parley serve $(ARGS)
 
-test: lint typecheck pytest fuzz
+test: lint typecheck fuzz pytest
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests bench
@@ -37,9 +38,15 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy
 
-pytest: $(VENV)/.dev
+# The browser tests drive Debian's Chromium (never a browser downloaded by Playwright).
+$(CHROMIUM):
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+
+pytest: $(VENV)/.dev $(CHROMIUM)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
-		$(VENV)/bin/pytest -q $(ARGS)
+		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q $(ARGS)
 
 fuzz: $(VENV)/.dev
 	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS)
