@@ -12,6 +12,7 @@ from parley.api.errors import install_error_handlers
 from parley.api.limits import BodyLimit
 from parley.api.routes import auth, chats, health, keys, runs
 from parley.api.state import Services
+from parley.api.web import SecurityHeaders, mount_web
 
 
 def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
@@ -35,5 +36,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     install_error_handlers(app)
     for module in (health, auth, keys, chats, runs):
         app.include_router(module.router)
+    mount_web(app)
     app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes)
+    app.add_middleware(SecurityHeaders)
     return app

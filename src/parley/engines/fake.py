@@ -1,8 +1,10 @@
 """The fake engine: deterministic text at a configured pace, with a fixed number of slots.
 
 The workhorse of tests and load benchmarks. Output depends only on the request's
-messages (and max_tokens), so a test can predict it. A slot is held from the
-start of a stream until it ends, is aborted, or its iterator is closed.
+messages (and max_tokens), so a test can predict it: pseudo-random words seeded by the
+messages, or, when the newest message starts with ``/echo ``, the rest of that message
+word by word (how browser tests make the "model" say markdown or markup). A slot is held
+from the start of a stream until it ends, is aborted, or its iterator is closed.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
 
 FAKE_MODEL = "parley-fake"
+ECHO_PREFIX = "/echo "
 
 _WORDS = (
     "the quick brown fox jumps over a lazy dog while seven bright stars hum softly across "
@@ -34,10 +38,25 @@ class FakeEngineConfig:
 
 
 def fake_text(messages: list[ChatMessage], n_tokens: int) -> list[str]:
-    """The tokens the fake engine answers with, ``n_tokens`` of them."""
+    """The tokens the fake engine answers with, at most ``n_tokens`` of them."""
+    echo = _echo(messages)
+    if echo is not None:
+        return echo[:n_tokens]
     seed = hashlib.sha256("\x1e".join(m.content for m in messages).encode()).digest()
     rng = random.Random(seed)
     return [(" " if i else "") + rng.choice(_WORDS) for i in range(n_tokens)]
+
+
+def _echo(messages: list[ChatMessage]) -> list[str] | None:
+    """The text after ``/echo ``: one token a word, with the whitespace before it."""
+    if not messages or not messages[-1].content.startswith(ECHO_PREFIX):
+        return None
+    return re.findall(r"\s*\S+", messages[-1].content[len(ECHO_PREFIX) :])
+
+
+def _answer_length(messages: list[ChatMessage], config: FakeEngineConfig) -> int:
+    echo = _echo(messages)
+    return config.output_tokens if echo is None else len(echo)
 
 
 class FakeEngine:
@@ -64,8 +83,8 @@ class FakeEngine:
         self._active[request.request_id] = aborted
         self.started += 1
         try:
-            n = min(self.config.output_tokens, request.max_tokens)
-            tokens = fake_text(request.messages, n)
+            full = _answer_length(request.messages, self.config)
+            tokens = fake_text(request.messages, min(full, request.max_tokens))
             prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 return
@@ -75,7 +94,7 @@ class FakeEngine:
                 last = i == len(tokens) - 1
                 finish = None
                 if last:
-                    cut = self.config.output_tokens > request.max_tokens
+                    cut = full > request.max_tokens
                     finish = FinishReason.LENGTH if cut else FinishReason.STOP
                 yield Delta(token, 1, finish, prompt if i == 0 else None)
             if not tokens:

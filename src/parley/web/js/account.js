@@ -1,0 +1,148 @@
+// Signing up, logging in and out, and the account footer: tier and budget remaining.
+
+import { api, apiGet } from "./api.js";
+import { byId, duration, number } from "./dom.js";
+
+const MODES = {
+  login: {
+    title: "Log in to parley",
+    submit: "Log in",
+    switchText: "No account yet?",
+    switchButton: "Sign up",
+    path: "/api/auth/login",
+    autocomplete: "current-password",
+  },
+  signup: {
+    title: "Create your parley account",
+    submit: "Sign up",
+    switchText: "Already have an account?",
+    switchButton: "Log in",
+    path: "/api/auth/signup",
+    autocomplete: "new-password",
+  },
+};
+
+export class AuthForm {
+  /** onLoggedIn(): called after a successful login or sign-up. */
+  constructor(onLoggedIn) {
+    this.onLoggedIn = onLoggedIn;
+    this.form = byId("auth-form");
+    this.email = byId("auth-email");
+    this.password = byId("auth-password");
+    this.error = byId("auth-error");
+    this.submitButton = byId("auth-submit");
+    this.notice = byId("auth-notice");
+    this.setMode("login");
+    byId("auth-switch").addEventListener("click", () => {
+      this.setMode(this.mode === "login" ? "signup" : "login");
+    });
+    this.form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.submit();
+    });
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    const m = MODES[mode];
+    byId("auth-title").textContent = m.title;
+    this.submitButton.textContent = m.submit;
+    byId("auth-switch-text").textContent = m.switchText;
+    byId("auth-switch").textContent = m.switchButton;
+    this.password.autocomplete = m.autocomplete;
+    this.error.textContent = "";
+  }
+
+  show(notice) {
+    this.notice.textContent = notice || "";
+    this.notice.hidden = !notice;
+    this.password.value = "";
+    this.email.focus();
+  }
+
+  async submit() {
+    const email = this.email.value.trim();
+    const password = this.password.value;
+    if (!email || !password) {
+      this.error.textContent = "Enter your email and password.";
+      return;
+    }
+    if (this.mode === "signup" && password.length < 8) {
+      this.error.textContent = "Choose a password of at least 8 characters.";
+      return;
+    }
+    this.error.textContent = "";
+    this.submitButton.disabled = true;
+    try {
+      await api("POST", MODES[this.mode].path, { json: { email, password } });
+      this.password.value = "";
+      this.notice.hidden = true;
+      await this.onLoggedIn();
+    } catch (err) {
+      this.error.textContent = authMessage(err);
+    } finally {
+      this.submitButton.disabled = false;
+    }
+  }
+}
+
+function authMessage(err) {
+  if (err.status === 429 && err.retryAfter !== null) {
+    return `Too many attempts. Try again in ${duration(err.retryAfter)}.`;
+  }
+  if (err.status === 0) return "Cannot reach the server. Check your connection and try again.";
+  return err.message;
+}
+
+export async function logout() {
+  await api("POST", "/api/auth/logout");
+}
+
+/** The footer: who is logged in, their tier, the token budget left. */
+export class AccountPanel {
+  constructor(notices) {
+    this.notices = notices;
+    this.email = byId("account-email");
+    this.tier = byId("account-tier");
+    this.meter = byId("budget-meter");
+    this.text = byId("budget-text");
+    this.budget = byId("budget");
+  }
+
+  /** Load /api/me; throws ApiError (401 when logged out). */
+  async load() {
+    const me = await apiGet("/api/me");
+    this.render(me);
+    return me;
+  }
+
+  async refresh() {
+    try {
+      await this.load();
+    } catch (err) {
+      this.notices.error(err, "Could not refresh your budget");
+    }
+  }
+
+  render(me) {
+    this.email.textContent = me.user.email;
+    const tier = me.tier.name;
+    this.tier.textContent = `${tier.charAt(0).toUpperCase()}${tier.slice(1)} tier`;
+    this.tier.title = `Up to ${number(me.tier.max_output_tokens)} tokens an answer, ` +
+      `${me.tier.max_concurrent_runs} at a time`;
+    const budget = me.budget;
+    if (!budget) {
+      this.meter.hidden = true;
+      this.text.textContent = `${number(me.tier.tokens_per_minute)} tokens a minute`;
+      return;
+    }
+    this.meter.hidden = false;
+    this.meter.max = budget.limit_tokens;
+    this.meter.value = Math.max(0, budget.remaining_tokens);
+    this.meter.low = budget.limit_tokens * 0.2;
+    this.meter.optimum = budget.limit_tokens;
+    const left = `${number(Math.max(0, budget.remaining_tokens))} of ${number(budget.limit_tokens)} tokens left`;
+    const refill = budget.resets_in_seconds > 0 ? ` · full in ${duration(budget.resets_in_seconds)}` : "";
+    this.text.textContent = left + refill;
+  }
+}

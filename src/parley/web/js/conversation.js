@@ -1,0 +1,309 @@
+// The open chat: its messages (older pages on scroll up), sending, streaming, stopping,
+// and rejoining an answer that is still being generated.
+
+import { api, apiGet, newKey, send } from "./api.js";
+import { byId } from "./dom.js";
+import { MessageView } from "./messages.js";
+import { followRun } from "./run.js";
+
+const PAGE = 30;
+const NEAR_BOTTOM_PX = 120;
+const TITLE_CHARS = 60;
+
+export class Conversation {
+  /**
+   * hooks: {chatCreated(chat), chatTouched(chatId), runFinished(), streamingChanged(bool),
+   *         restoreDraft(text)}
+   */
+  constructor({ notices, banner, hooks }) {
+    this.notices = notices;
+    this.banner = banner;
+    this.hooks = hooks;
+    this.scroller = byId("messages");
+    this.list = byId("message-list");
+    this.sentinel = byId("messages-sentinel");
+    this.status = byId("messages-status");
+    this.empty = byId("empty-state");
+    this.title = byId("chat-title");
+    this.chatId = null;
+    this.cursor = null;
+    this.loadingOlder = false;
+    this.generation = 0; // bumps on every open: late answers for an old view are dropped
+    this.active = null; // {view, controller, chatId, stopRequested}
+    this.views = new WeakMap(); // <li> → MessageView
+    this.stick = true; // keep the newest text in sight while the reader is at the bottom
+    this.scroller.addEventListener("scroll", () => (this.stick = this.nearBottom()), {
+      passive: true,
+    });
+    new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.loadOlder();
+    }, { root: this.scroller, rootMargin: "200px 0px 0px 0px" }).observe(this.sentinel);
+  }
+
+  /** Show a chat (null: a new, empty one). */
+  async open(chatId) {
+    this.detach();
+    const generation = ++this.generation;
+    this.chatId = chatId;
+    this.cursor = null;
+    this.list.replaceChildren();
+    this.status.textContent = "";
+    this.title.textContent = "New chat";
+    this.empty.hidden = chatId !== null;
+    if (chatId === null) return;
+    this.status.textContent = "Loading…";
+    try {
+      const [chat, page] = await Promise.all([
+        apiGet(`/api/chats/${encodeURIComponent(chatId)}`),
+        apiGet(this.pagePath(null)),
+      ]);
+      if (generation !== this.generation) return;
+      this.setTitle(chat.title);
+      this.cursor = page.next_cursor;
+      this.prepend(page.data);
+      this.status.textContent = "";
+      this.empty.hidden = this.list.children.length > 0;
+      this.scrollToBottom();
+      this.rejoinLive();
+    } catch (err) {
+      if (generation !== this.generation) return;
+      this.status.textContent = "";
+      throw err;
+    }
+  }
+
+  setTitle(title) {
+    this.title.textContent = title;
+    document.title = `${title} · parley`;
+  }
+
+  pagePath(cursor) {
+    const params = new URLSearchParams({ limit: String(PAGE), order: "desc" });
+    if (cursor) params.set("cursor", cursor);
+    return `/api/chats/${encodeURIComponent(this.chatId)}/messages?${params}`;
+  }
+
+  async loadOlder() {
+    if (!this.chatId || !this.cursor || this.loadingOlder) return;
+    this.loadingOlder = true;
+    const generation = this.generation;
+    this.status.textContent = "Loading earlier messages…";
+    try {
+      const page = await apiGet(this.pagePath(this.cursor));
+      if (generation !== this.generation) return;
+      const before = this.scroller.scrollHeight;
+      this.prepend(page.data);
+      this.scroller.scrollTop += this.scroller.scrollHeight - before; // keep the reader's place
+      this.cursor = page.next_cursor;
+    } catch (err) {
+      this.notices.error(err, "Could not load earlier messages");
+    } finally {
+      this.loadingOlder = false;
+      if (generation === this.generation) this.status.textContent = "";
+    }
+  }
+
+  /** Messages come newest first; show them oldest at the top. */
+  prepend(messages) {
+    const views = messages.map((m) => this.view(m)).reverse();
+    this.list.prepend(...views.map((v) => v.el));
+    for (const view of views) this.views.set(view.el, view);
+  }
+
+  /** An answer still being generated when the chat was opened: rejoin its stream. */
+  rejoinLive() {
+    const live = [...this.list.querySelectorAll('li.assistant[data-status="in_progress"]')];
+    const last = live.at(-1);
+    if (!last || !last.dataset.runId) return;
+    this.follow(this.views.get(last), { runId: last.dataset.runId });
+  }
+
+  get busy() {
+    return this.active !== null;
+  }
+
+  /** Send the composer's text. Resolves false if nothing was sent (the text is restored). */
+  async submit(text) {
+    if (this.busy || !text.trim()) return false;
+    const controller = new AbortController();
+    this.active = { view: null, controller, stopRequested: false, chatId: this.chatId };
+    this.hooks.streamingChanged(true);
+    try {
+      const chatId = this.chatId ?? (await this.createChat(text));
+      this.active.chatId = chatId;
+      const generation = this.generation;
+      this.empty.hidden = true;
+      const user = this.add({ role: "user", content: text, status: "completed" });
+      const answer = this.add({ role: "assistant", content: "", status: "sending" });
+      this.active.view = answer;
+      this.scrollToBottom();
+      const key = newKey();
+      const post = () => this.post(chatId, text, key, controller.signal);
+      const first = await this.admitted(post, controller.signal);
+      if (first === null) {
+        user.el.remove();
+        answer.el.remove();
+        this.empty.hidden = this.list.children.length > 0;
+        this.hooks.restoreDraft(text);
+        return false;
+      }
+      this.hooks.chatTouched(chatId);
+      if (generation !== this.generation) return true;
+      await this.stream(answer, { first, start: post });
+      return true;
+    } catch (err) {
+      this.failSend(err, text);
+      return false;
+    } finally {
+      this.finish(controller);
+    }
+  }
+
+  async createChat(text) {
+    const firstLine = text.trim().split("\n")[0];
+    const title = firstLine.length > TITLE_CHARS ? `${firstLine.slice(0, TITLE_CHARS - 1)}…` : firstLine;
+    const chat = await api("POST", "/api/chats", { json: { title } });
+    this.chatId = chat.id;
+    this.setTitle(chat.title);
+    this.hooks.chatCreated(chat);
+    return chat.id;
+  }
+
+  post(chatId, content, key, signal) {
+    return send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages`, {
+      json: { content },
+      headers: { "Idempotency-Key": key },
+      accept: "text/event-stream",
+      signal,
+    });
+  }
+
+  /** POST until admitted; 429/503 wait on the banner. null if the user gave up. */
+  async admitted(post, signal) {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await post();
+      } catch (err) {
+        if (!err.retryable || signal.aborted) throw err;
+        const again = await this.banner.wait(err, attempt);
+        if (!again || signal.aborted) return null;
+      }
+    }
+  }
+
+  failSend(err, text) {
+    if (err.name === "AbortError") return;
+    const view = this.active && this.active.view;
+    if (view) {
+      view.setStatus("failed", err.message);
+      view.flush();
+      view.el.previousElementSibling?.classList.add("unsent");
+    }
+    this.hooks.restoreDraft(text);
+    this.notices.error(err, "Your message was not sent");
+  }
+
+  /** Follow a run on `view` until done (first: the POST's open response). */
+  async stream(view, { first = null, start = null, runId = null }) {
+    const signal = this.active.controller.signal;
+    let failure = null;
+    const done = await followRun({
+      first,
+      start,
+      runId,
+      signal,
+      on: {
+        reset: () => view.reset(),
+        status: (data) => this.onStatus(view, data),
+        delta: (data) => view.append(data.text, data.replace),
+        error: (data) => (failure = data.message),
+        reconnecting: () => view.setStatus("reconnecting"),
+        done: (data) => {
+          view.setIds({ id: data.message_id, run_id: data.run_id });
+          view.setStatus(data.status, data.status === "completed" ? null : failure);
+          view.flush();
+        },
+      },
+    });
+    if (done) this.hooks.runFinished();
+    return done;
+  }
+
+  onStatus(view, data) {
+    view.setIds({ run_id: data.run_id });
+    view.setStatus(data.status === "queued" ? "queued" : "in_progress");
+    if (this.active && this.active.stopRequested) this.stop();
+  }
+
+  /** Rejoin a run already under way (reload, or a chat opened mid-answer). */
+  async follow(view, { runId }) {
+    const controller = new AbortController();
+    this.active = { view, controller, stopRequested: false, chatId: this.chatId };
+    this.hooks.streamingChanged(true);
+    try {
+      await this.stream(view, { runId });
+    } catch (err) {
+      view.setStatus("failed", err.message);
+      this.notices.error(err, "Could not follow the answer");
+    } finally {
+      this.finish(controller);
+    }
+  }
+
+  finish(controller) {
+    if (this.active && this.active.controller === controller) {
+      this.active = null;
+      this.hooks.streamingChanged(false);
+    }
+  }
+
+  /** Stop the answer being generated: the model's slot is freed; the partial text stays. */
+  async stop() {
+    const active = this.active;
+    if (!active) return;
+    const runId = active.view && active.view.runId;
+    if (!runId) {
+      active.stopRequested = true; // the run has no id yet: stop as soon as it does
+      return;
+    }
+    try {
+      const chat = encodeURIComponent(active.chatId);
+      await api("POST", `/api/chats/${chat}/runs/${encodeURIComponent(runId)}/cancel`);
+    } catch (err) {
+      this.notices.error(err, "Could not stop the answer");
+    }
+  }
+
+  /** Leave the current view: stop reading its stream (the run itself goes on). */
+  detach() {
+    this.banner.settle(false);
+    if (this.active) {
+      this.active.controller.abort();
+      this.active = null;
+      this.hooks.streamingChanged(false);
+    }
+  }
+
+  view(message) {
+    const view = new MessageView(message, () => this.stick && this.scrollToBottom());
+    this.views.set(view.el, view);
+    return view;
+  }
+
+  add(message) {
+    const view = this.view(message);
+    this.list.append(view.el);
+    this.scrollToBottom();
+    return view;
+  }
+
+  nearBottom() {
+    const s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < NEAR_BOTTOM_PX;
+  }
+
+  scrollToBottom() {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.stick = true;
+  }
+}

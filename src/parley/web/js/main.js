@@ -1,0 +1,194 @@
+// Wiring: which screen shows (log in, or the chat), the URL of the open chat, the
+// composer's keys, and the sidebar drawer on narrow screens.
+
+import { AccountPanel, AuthForm, logout } from "./account.js";
+import { Banner } from "./banner.js";
+import { Conversation } from "./conversation.js";
+import { byId } from "./dom.js";
+import { Notices } from "./notices.js";
+import { Sidebar } from "./sidebar.js";
+
+const CHAT_PATH = /^\/c\/([^/]+)\/?$/;
+
+class App {
+  constructor() {
+    this.notices = new Notices();
+    this.notices.onUnauthenticated = (message) => this.showAuth(message);
+    this.banner = new Banner();
+    this.account = new AccountPanel(this.notices);
+    this.auth = new AuthForm(() => this.enter());
+    this.sidebar = new Sidebar({
+      notices: this.notices,
+      hooks: {
+        select: (chatId) => this.navigate(chatId),
+        deleted: (chatId) => chatId === this.conversation.chatId && this.navigate(null),
+        renamed: (chat) => chat.id === this.conversation.chatId && this.conversation.setTitle(chat.title),
+      },
+    });
+    this.conversation = new Conversation({
+      notices: this.notices,
+      banner: this.banner,
+      hooks: {
+        chatCreated: (chat) => this.chatCreated(chat),
+        chatTouched: (chatId) => this.sidebar.touchId(chatId),
+        runFinished: () => this.account.refresh(),
+        streamingChanged: (streaming) => this.setStreaming(streaming),
+        restoreDraft: (text) => this.restoreDraft(text),
+      },
+    });
+    this.prompt = byId("prompt");
+    this.wireComposer();
+    this.wireDrawer();
+    byId("new-chat").addEventListener("click", () => this.navigate(null));
+    byId("logout").addEventListener("click", () => this.logout());
+    window.addEventListener("popstate", () => this.openRoute());
+  }
+
+  async start() {
+    try {
+      await this.account.load();
+    } catch (err) {
+      if (err.status === 401) return this.showAuth();
+      this.showAuth(`Cannot load your account: ${err.message}`);
+      return;
+    }
+    this.showShell();
+  }
+
+  async enter() {
+    await this.account.load();
+    this.showShell();
+  }
+
+  showAuth(notice) {
+    this.conversation.detach();
+    byId("shell").hidden = true;
+    byId("auth").hidden = false;
+    document.title = "parley";
+    this.auth.show(notice);
+  }
+
+  showShell() {
+    byId("auth").hidden = true;
+    byId("shell").hidden = false;
+    this.notices.clear();
+    this.sidebar.reset();
+    this.openRoute();
+  }
+
+  routeChatId() {
+    const m = CHAT_PATH.exec(window.location.pathname);
+    return m ? decodeURIComponent(m[1]) : null;
+  }
+
+  /** Show the chat in the URL (a reload or a shared link lands here). */
+  async openRoute() {
+    const chatId = this.routeChatId();
+    this.sidebar.setActive(chatId);
+    this.closeDrawer();
+    try {
+      await this.conversation.open(chatId);
+    } catch (err) {
+      if (err.status === 404) {
+        this.notices.error(err, "That chat does not exist");
+        this.navigate(null, { replace: true });
+      } else {
+        this.notices.error(err, "Could not open the chat");
+      }
+    }
+    this.prompt.focus();
+  }
+
+  navigate(chatId, { replace = false } = {}) {
+    const path = chatId === null ? "/" : `/c/${encodeURIComponent(chatId)}`;
+    if (path !== window.location.pathname) {
+      if (replace) history.replaceState(null, "", path);
+      else history.pushState(null, "", path);
+    }
+    return this.openRoute();
+  }
+
+  chatCreated(chat) {
+    history.pushState(null, "", `/c/${encodeURIComponent(chat.id)}`);
+    this.sidebar.touch(chat);
+    this.sidebar.setActive(chat.id);
+  }
+
+  async logout() {
+    try {
+      await logout();
+    } catch (err) {
+      if (err.status !== 401) return this.notices.error(err, "Could not log out");
+    }
+    history.replaceState(null, "", "/");
+    this.showAuth("You have logged out.");
+  }
+
+  wireComposer() {
+    const form = byId("composer");
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.send();
+    });
+    this.prompt.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        this.send();
+      }
+    });
+    this.prompt.addEventListener("input", () => this.fitPrompt());
+    byId("stop").addEventListener("click", () => this.conversation.stop());
+  }
+
+  send() {
+    const text = this.prompt.value;
+    if (!text.trim() || this.conversation.busy) return;
+    this.prompt.value = "";
+    this.fitPrompt();
+    this.conversation.submit(text);
+  }
+
+  restoreDraft(text) {
+    if (!this.prompt.value) this.prompt.value = text;
+    this.fitPrompt();
+  }
+
+  fitPrompt() {
+    this.prompt.style.height = "auto";
+    this.prompt.style.height = `${Math.min(this.prompt.scrollHeight, 240)}px`;
+  }
+
+  setStreaming(streaming) {
+    byId("send").hidden = streaming;
+    byId("stop").hidden = !streaming;
+    byId("composer").classList.toggle("streaming", streaming);
+  }
+
+  wireDrawer() {
+    const toggle = byId("menu-toggle");
+    toggle.addEventListener("click", () => {
+      if (byId("sidebar").classList.contains("open")) this.closeDrawer();
+      else this.openDrawer();
+    });
+    byId("scrim").addEventListener("click", () => this.closeDrawer());
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") this.closeDrawer();
+    });
+  }
+
+  openDrawer() {
+    byId("sidebar").classList.add("open");
+    byId("scrim").hidden = false;
+    byId("menu-toggle").setAttribute("aria-expanded", "true");
+    byId("new-chat").focus();
+  }
+
+  closeDrawer() {
+    if (!byId("sidebar").classList.contains("open")) return;
+    byId("sidebar").classList.remove("open");
+    byId("scrim").hidden = true;
+    byId("menu-toggle").setAttribute("aria-expanded", "false");
+  }
+}
+
+new App().start();

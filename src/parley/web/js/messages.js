@@ -1,0 +1,107 @@
+// One message on screen: a user's text (plain) or an assistant's answer (markdown),
+// re-rendered at most once a frame while it streams.
+
+import { h } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+const STATUS_NOTE = {
+  queued: "Waiting for a free model slot…",
+  sending: "Sending…",
+  cancelled: "Stopped",
+  failed: "The answer failed",
+  rejected: "The request was refused",
+  reconnecting: "Connection lost; reconnecting…",
+};
+
+export class MessageView {
+  constructor(message, onRender = () => {}) {
+    this.onRender = onRender;
+    this.role = message.role;
+    this.text = message.content || "";
+    this.frame = 0;
+    this.content = h("div", { class: this.role === "user" ? "content plain" : "content markdown" });
+    this.note = h("p", { class: "message-note" });
+    this.el = h(
+      "li",
+      { class: `message ${this.role}`, dataset: { role: this.role } },
+      h("span", { class: "visually-hidden" }, this.role === "user" ? "You said:" : "parley said:"),
+      h("div", { class: "bubble" }, this.content, this.note),
+    );
+    this.setIds(message);
+    this.setStatus(message.status || "completed");
+    this.render();
+  }
+
+  setIds({ id, run_id: runId }) {
+    if (id) this.el.dataset.messageId = id;
+    if (runId) this.el.dataset.runId = runId;
+  }
+
+  get runId() {
+    return this.el.dataset.runId || null;
+  }
+
+  get streaming() {
+    return this.el.dataset.status === "in_progress";
+  }
+
+  /** in_progress | queued | sending | reconnecting | completed | cancelled | failed | rejected */
+  setStatus(status, detail) {
+    const live = ["in_progress", "queued", "sending", "reconnecting"].includes(status);
+    this.el.dataset.status = live ? "in_progress" : status;
+    this.el.setAttribute("aria-busy", live ? "true" : "false");
+    let note = STATUS_NOTE[status] || "";
+    if (status === "queued" && this.text) note = "";
+    if (detail) note = note ? `${note}: ${detail}` : detail;
+    this.note.textContent = note;
+    this.note.hidden = !note;
+    this.el.classList.toggle("live", live);
+  }
+
+  reset() {
+    this.text = "";
+    this.schedule();
+  }
+
+  append(text, replace) {
+    this.text = replace ? text : this.text + text;
+    if (this.el.dataset.status === "in_progress" && this.note.textContent) this.setStatus("in_progress");
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.render();
+    });
+  }
+
+  render() {
+    if (this.role === "user") {
+      this.content.textContent = this.text;
+    } else {
+      this.content.replaceChildren(renderMarkdown(this.text));
+      if (this.streaming) caretHost(this.content).append(h("span", { class: "cursor", "aria-hidden": "true" }));
+    }
+    this.onRender();
+  }
+
+  /** Write out any pending frame now (the stream ended). */
+  flush() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    this.render();
+  }
+}
+
+/** Where the typing caret goes: the end of the last paragraph or list item, if any. */
+function caretHost(content) {
+  let host = content;
+  for (let last = host.lastElementChild; last; last = host.lastElementChild) {
+    if (["P", "LI", "H3", "H4", "H5", "H6"].includes(last.tagName)) return last;
+    if (!["UL", "OL", "BLOCKQUOTE"].includes(last.tagName)) return host;
+    host = last;
+  }
+  return host;
+}

@@ -1,0 +1,379 @@
+"""The web UI in a real headless Chromium: what a chat user sees and does."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import BrowserContext, Locator, Page, expect
+
+from tests.e2e.conftest import (
+    PASSWORD,
+    Server,
+    ServerFactory,
+    fake_engine,
+    log_in,
+    shot,
+)
+from tests.e2e.proxy import CuttableProxy
+
+pytestmark = pytest.mark.slow
+
+
+def prompt(page: Page) -> Locator:
+    return page.get_by_role("textbox", name="Message")
+
+
+def send(page: Page, text: str) -> None:
+    prompt(page).fill(text)
+    prompt(page).press("Enter")
+
+
+def answer(page: Page, n: int = -1) -> Locator:
+    answers = page.locator("li.assistant")
+    return answers.nth(n) if n >= 0 else answers.last
+
+
+def content(message: Locator) -> str:
+    return message.locator(".content").inner_text()
+
+
+def open_app(page: Page, url: str, path: str = "/") -> None:
+    page.goto(url + path)
+    expect(page.locator("#shell")).to_be_visible()
+
+
+def chat_id_of(page: Page) -> str:
+    match = re.search(r"/c/([^/]+)$", page.url)
+    assert match, page.url
+    return match.group(1)
+
+
+def lengths_while_streaming(message: Locator, timeout: float = 20) -> list[int]:
+    """The answer's text length, sampled until the message leaves in_progress."""
+    seen: list[int] = []
+    deadline = time.monotonic() + timeout
+    while message.get_attribute("data-status") == "in_progress":
+        seen.append(len(content(message)))
+        assert time.monotonic() < deadline, "the answer never finished"
+        time.sleep(0.05)
+    return seen
+
+
+def test_sign_up_log_out_and_log_in(page: Page, server: Server) -> None:
+    email = server.new_email()
+    page.goto(server.url + "/")
+    expect(page.get_by_role("heading", name="Log in to parley")).to_be_visible()
+    shot(page, "01-log-in")
+    page.get_by_role("button", name="Sign up").click()
+    expect(page.get_by_role("heading", name="Create your parley account")).to_be_visible()
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill("short")
+    page.get_by_role("button", name="Sign up").click()
+    expect(page.locator("#auth-error")).to_contain_text("at least 8 characters")
+
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign up").click()
+    expect(page.locator("#shell")).to_be_visible()
+    expect(page.locator("#account-email")).to_have_text(email)
+    expect(page.locator("#account-tier")).to_have_text("Free tier")
+    expect(page.locator("#budget-text")).to_contain_text("tokens")
+    expect(page.get_by_role("heading", name="What can I help with?")).to_be_visible()
+    shot(page, "02-new-chat")
+
+    page.get_by_role("button", name="Log out").click()
+    expect(page.locator("#auth-notice")).to_have_text("You have logged out.")
+    page.reload()  # the session is gone on the server too, not just hidden
+    expect(page.get_by_role("heading", name="Log in to parley")).to_be_visible()
+
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill("wrong password!")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("#auth-error")).not_to_be_empty()
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("#account-email")).to_have_text(email)
+    page.goto(server.url + "/")
+    expect(page.locator("#shell")).to_be_visible()  # the cookie keeps the session
+
+
+def test_the_answer_streams_token_by_token(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    open_app(page, server.url)
+    box = prompt(page)
+    box.fill("first line")
+    box.press("Shift+Enter")
+    box.type("second line")
+    assert box.input_value() == "first line\nsecond line"  # Shift+Enter: a new line
+    box.press("Enter")  # Enter: send
+
+    user = page.locator("li.user").last
+    expect(user.locator(".content")).to_have_text("first line\nsecond line")
+    message = answer(page)
+    expect(message).to_have_attribute("aria-busy", "true")
+    expect(page.get_by_role("button", name="Stop", exact=True)).to_be_visible()
+    expect(page.get_by_role("log", name="Conversation")).to_have_attribute("aria-live", "polite")
+    seen = lengths_while_streaming(message)
+
+    grew = sorted(set(seen))
+    assert len(grew) >= 8, f"the answer did not grow token by token: {seen}"
+    assert seen == sorted(seen), f"the answer shrank while streaming: {seen}"
+    expect(message).to_have_attribute("data-status", "completed")
+    expect(message).to_have_attribute("aria-busy", "false")
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
+
+    chat = chat_id_of(page)
+    stored = api.messages(chat)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[0]["content"] == "first line\nsecond line"
+    assert stored[1]["status"] == "completed"
+    assert content(message) == stored[1]["content"]
+    assert len(stored[1]["content"]) > max(seen[:3])  # it was not all there at once
+    # the new chat is in the sidebar, titled by the first line, and is the open one
+    item = page.locator("li.chat-item").first
+    expect(item.locator(".chat-link")).to_have_text("first line")
+    expect(item.locator(".chat-link")).to_have_attribute("aria-current", "page")
+    expect(page.locator("#chat-title")).to_have_text("first line")
+
+
+def test_a_screenshot_while_streaming(page: Page, context: BrowserContext, server: Server) -> None:
+    log_in(context, server)
+    open_app(page, server.url)
+    send(page, "Tell me about **streaming** in `parley`")
+    message = answer(page)
+    expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+ \w+ \w+"))
+    expect(message).to_have_attribute("data-status", "in_progress")
+    shot(page, "03-streaming")
+    expect(message).to_have_attribute("data-status", "completed")
+
+
+def test_reload_mid_answer_rejoins_and_completes(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    open_app(page, server.url)
+    send(page, "a long answer, please")
+    message = answer(page)
+    expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+ \w+"))
+    before = content(message)
+
+    page.reload()
+    message = answer(page)
+    expect(message).to_have_attribute("data-status", "in_progress")  # shown streaming again
+    seen = lengths_while_streaming(message)
+    assert len(set(seen)) >= 3, f"after the reload the answer did not stream: {seen}"
+    expect(message).to_have_attribute("data-status", "completed")
+
+    stored = api.messages(chat_id_of(page))[-1]
+    assert stored["status"] == "completed"
+    assert content(message) == stored["content"]
+    assert stored["content"].startswith(before)
+    assert page.locator("li.assistant").count() == 1  # no duplicate answer
+
+
+def test_a_chat_opened_mid_answer_shows_it_streaming(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    open_app(page, server.url)
+    send(page, "keep going while I look elsewhere")
+    expect(answer(page).locator(".content")).not_to_be_empty()
+    chat = chat_id_of(page)
+
+    page.get_by_role("button", name="New chat").click()
+    expect(page.locator("li.assistant")).to_have_count(0)
+    page.locator(f'li.chat-item[data-chat-id="{chat}"] .chat-link').click()
+    message = answer(page)
+    expect(message).to_have_attribute("data-status", "in_progress")
+    seen = lengths_while_streaming(message)
+    assert len(set(seen)) >= 2, seen
+    assert content(message) == api.messages(chat)[-1]["content"]
+
+
+def test_a_dropped_connection_resumes_the_answer(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    proxy = CuttableProxy(int(server.url.rsplit(":", 1)[1]))
+    try:
+        api = log_in(context, Server(proxy.url, server.proc))
+        open_app(page, proxy.url)
+        send(page, "stay with me through a network blip")
+        message = answer(page)
+        expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+"))
+        assert proxy.cut() >= 1  # every connection reset, the SSE stream among them
+        seen = lengths_while_streaming(message)
+        expect(message).to_have_attribute("data-status", "completed")
+        stored = api.messages(chat_id_of(page))[-1]
+        assert content(message) == stored["content"]  # no gap, no duplicate
+        assert len(set(seen)) >= 2, seen
+    finally:
+        proxy.close()
+
+
+def test_stop_ends_the_answer_and_keeps_the_partial_text(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    open_app(page, server.url)
+    send(page, "an answer I will stop")
+    message = answer(page)
+    expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+ \w+"))
+    page.get_by_role("button", name="Stop", exact=True).click()
+
+    expect(message).to_have_attribute("data-status", "cancelled")
+    expect(message.locator(".message-note")).to_have_text("Stopped")
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
+    shot(page, "05-stopped")
+    stored = api.messages(chat_id_of(page))[-1]
+    assert stored["status"] == "cancelled"
+    assert stored["content"] == content(message)
+    assert 0 < len(stored["content"].split()) < 40  # partial: the model stopped early
+    run = api.get(f"/api/runs/{stored['run_id']}")
+    assert run["status"] == "cancelled"
+
+
+def test_markup_in_an_answer_renders_as_text(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    log_in(context, server)
+    open_app(page, server.url)
+    attack = (
+        '/echo Look: <img src=x onerror="window.pwned=1"> and '
+        "<script>window.pwned=2</script> <b>bold?</b>\n\n"
+        "```html\n<script>window.pwned=3</script>\n```\n"
+        "- **real bold** and `code`\n- [a link](javascript:window.pwned=4)"
+    )
+    send(page, attack)
+    message = answer(page)
+    expect(message).to_have_attribute("data-status", "completed")
+    text = content(message)
+    assert '<img src=x onerror="window.pwned=1">' in text
+    assert "<script>window.pwned=2</script>" in text
+    assert "<b>bold?</b>" in text
+    for tag in ("img", "script", "b", "iframe"):
+        assert page.locator(f"#message-list {tag}").count() == 0, tag
+    # the markdown itself is rendered: a code block, a list, bold, inline code
+    expect(message.locator("pre code")).to_have_text("<script>window.pwned=3</script>")
+    expect(message.locator("li strong")).to_have_text("real bold")
+    expect(message.locator("li code")).to_have_text("code")
+    assert message.locator("a").count() == 0  # javascript: links stay text
+    assert page.evaluate("window.pwned") is None
+    # the user's own message is text too
+    expect(page.locator("li.user .content")).to_have_text(attack)
+    shot(page, "06-markup-as-text")
+
+
+def test_chat_list_pages_as_it_scrolls_and_chats_rename_and_delete(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    for n in range(60):
+        api.post("/api/chats", {"title": f"Chat {n:02d}"})
+    open_app(page, server.url)
+    items = page.locator("li.chat-item .chat-link")
+    expect(items).to_have_count(20)  # one page, not all 60
+    expect(items.first).to_have_text("Chat 59")  # newest first
+    for expected in (40, 60):
+        page.locator("#chat-scroll").evaluate("el => el.scrollTo(0, el.scrollHeight)")
+        expect(items).to_have_count(expected)
+    titles = items.all_inner_texts()
+    assert titles == [f"Chat {n:02d}" for n in range(59, -1, -1)]
+    shot(page, "07-chat-list")
+
+    target = page.locator("li.chat-item").filter(has_text="Chat 30")
+    target.hover()
+    target.get_by_role("button", name="Rename chat “Chat 30”").click()
+    field = page.get_by_role("textbox", name="New chat title")
+    field.fill("Renamed chat")
+    field.press("Enter")
+    expect(page.locator("li.chat-item .chat-link").filter(has_text="Renamed chat")).to_have_count(1)
+    chats = api.get("/api/chats", limit=100)["data"]
+    assert "Renamed chat" in [c["title"] for c in chats]
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    doomed = page.locator("li.chat-item").filter(has_text="Chat 10")
+    doomed_id = doomed.get_attribute("data-chat-id")
+    doomed.hover()
+    doomed.get_by_role("button", name="Delete chat “Chat 10”").click()
+    expect(page.locator("li.chat-item").filter(has_text="Chat 10")).to_have_count(0)
+    assert api.client.get(f"/api/chats/{doomed_id}").status_code == 404
+
+
+def test_older_messages_load_on_scroll_up(
+    page: Page, context: BrowserContext, servers: ServerFactory
+) -> None:
+    fast = servers(**fake_engine(ttft_ms=0, itl_ms=0, tokens=3))
+    api = log_in(context, fast)
+    chat = api.post("/api/chats", {"title": "A long conversation"})["id"]
+    for n in range(40):  # 80 messages: three pages of 30
+        run = api.send(chat, f"question {n:02d}")
+        api.wait_run(run["run_id"])
+    open_app(page, fast.url, f"/c/{chat}")
+    users = page.locator("li.user .content")
+    expect(users.last).to_have_text("question 39")
+    expect(page.locator("li.message")).to_have_count(30)
+    for expected in (60, 80):
+        page.locator("#messages").evaluate("el => el.scrollTo(0, 0)")
+        expect(page.locator("li.message")).to_have_count(expected)
+    assert users.all_inner_texts() == [f"question {n:02d}" for n in range(40)]
+
+
+def test_busy_service_shows_a_banner_and_retries_by_itself(
+    page: Page, context: BrowserContext, servers: ServerFactory
+) -> None:
+    # one engine slot and a queue of one: two runs fill the service
+    busy = servers(PARLEY_QUEUE_MAX="1", **fake_engine(ttft_ms=0, itl_ms=50, tokens=40, slots=1))
+    api = log_in(context, busy)
+    chat = api.post("/api/chats", {"title": "blockers"})["id"]
+    blockers = [api.send(chat, f"block {n}") for n in range(2)]
+    open_app(page, busy.url)
+    send(page, "hello when you have a moment")
+    banner = page.locator("#banner")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text(re.compile(r"busy\. Retrying in \d+ s"))
+    shot(page, "04-busy-banner")
+    counts = set()
+    while banner.is_visible():
+        match = re.search(r"Retrying in (\d+) s", banner.inner_text())
+        if match:
+            counts.add(int(match.group(1)))
+        time.sleep(0.1)
+    assert len(counts) >= 2, f"the banner did not count down: {counts}"
+
+    message = answer(page)
+    expect(message).to_have_attribute("data-status", "completed", timeout=30_000)
+    assert all(api.wait_run(b["run_id"])["status"] == "completed" for b in blockers)
+    stored = api.messages(chat_id_of(page))
+    assert [m["content"] for m in stored if m["role"] == "user"] == [
+        "hello when you have a moment"
+    ]  # retried with one Idempotency-Key: one message, one run
+    assert content(message) == stored[-1]["content"]
+
+
+def test_narrow_screen_hides_the_sidebar_in_a_drawer(
+    browser_context_narrow: BrowserContext, server: Server
+) -> None:
+    context = browser_context_narrow
+    api = log_in(context, server)
+    chat = api.post("/api/chats", {"title": "On the phone"})["id"]
+    page = context.new_page()
+    open_app(page, server.url)
+    sidebar = page.locator("#sidebar")
+    expect(sidebar).not_to_be_visible()
+    toggle = page.get_by_role("button", name="Show chats")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    toggle.click()
+    expect(sidebar).to_be_in_viewport(ratio=1)  # slid fully in
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    shot(page, "08-narrow-drawer")
+    page.locator(f'li.chat-item[data-chat-id="{chat}"] .chat-link').click()
+    expect(sidebar).not_to_be_visible()
+    expect(page.locator("#chat-title")).to_have_text("On the phone")
+    send(page, "hi from a small screen")
+    expect(answer(page)).to_have_attribute("data-status", "completed")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, "the page scrolls sideways on a narrow screen"
+    shot(page, "09-narrow-chat")
