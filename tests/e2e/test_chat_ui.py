@@ -377,3 +377,25 @@ def test_narrow_screen_hides_the_sidebar_in_a_drawer(
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, "the page scrolls sideways on a narrow screen"
     shot(page, "09-narrow-chat")
+
+
+def test_errors_are_shown_and_the_draft_is_kept(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    api = log_in(context, server)
+    open_app(page, server.url)
+    too_long = "x" * 32_001
+    prompt(page).fill(too_long)
+    prompt(page).press("Enter")
+    errors = page.get_by_role("alert").filter(has_text="Your message was not sent")
+    expect(errors).to_contain_text("at most 32000 characters")
+    expect(prompt(page)).to_have_value(too_long)  # nothing the user typed is lost
+    expect(page.locator("li.user.unsent")).to_have_count(1)
+    expect(answer(page)).to_have_attribute("data-status", "failed")
+    shot(page, "10-error-shown")
+
+    # a session ended elsewhere: the next action asks to log in again, with the reason
+    assert api.client.post("/api/auth/logout").status_code == 204
+    send(page, "are you still there?")
+    expect(page.get_by_role("heading", name="Log in to parley")).to_be_visible()
+    expect(page.locator("#auth-notice")).to_contain_text("session has ended")
