@@ -36,7 +36,7 @@ function blocks(lines) {
       out.push(codeBlock(lines.slice(i + 1, end).join("\n"), m[2]));
       i = end + 1;
     } else if ((m = HEADING.exec(line))) {
-      out.push(h(`h${Math.min(m[1].length + 2, 6)}`, {}, inline(m[2])));
+      out.push(h(`h${Math.min(m[1].length + 1, 6)}`, {}, inline(m[2])));
       i += 1;
     } else if (RULE.test(line)) {
       out.push(h("hr"));
