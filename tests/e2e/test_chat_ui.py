@@ -312,10 +312,20 @@ def test_chat_list_pages_as_it_scrolls_and_chats_rename_and_delete(
     assert titles == [f"Chat {n:02d}" for n in range(59, -1, -1)]
     shot(page, "07-chat-list")
 
+    # by keyboard: Tab from a chat's link reaches its rename button; Escape cancels
+    page.locator("li.chat-item .chat-link").filter(has_text="Chat 31").focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    field = page.get_by_role("textbox", name="New chat title")
+    expect(field).to_be_focused()
+    expect(field).to_have_value("Chat 31")
+    page.keyboard.press("Escape")
+    expect(field).to_have_count(0)
+    expect(page.locator("li.chat-item .chat-link").filter(has_text="Chat 31")).to_be_focused()
+
     target = page.locator("li.chat-item").filter(has_text="Chat 30")
     target.hover()
     target.get_by_role("button", name="Rename chat “Chat 30”").click()
-    field = page.get_by_role("textbox", name="New chat title")
     field.fill("Renamed chat")
     field.press("Enter")
     expect(page.locator("li.chat-item .chat-link").filter(has_text="Renamed chat")).to_have_count(1)

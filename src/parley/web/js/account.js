@@ -3,6 +3,8 @@
 import { api, apiGet } from "./api.js";
 import { byId, duration, number } from "./dom.js";
 
+const REFRESH_SECONDS = 30;
+
 const MODES = {
   login: {
     title: "Log in to parley",
@@ -144,5 +146,16 @@ export class AccountPanel {
     const left = `${number(Math.max(0, budget.remaining_tokens))} of ${number(budget.limit_tokens)} tokens left`;
     const refill = budget.resets_in_seconds > 0 ? ` · full in ${duration(budget.resets_in_seconds)}` : "";
     this.text.textContent = left + refill;
+    this.scheduleRefresh(budget.resets_in_seconds);
+  }
+
+  /** While the budget refills, show it refilling (at most every REFRESH_SECONDS). */
+  scheduleRefresh(resetsIn) {
+    clearTimeout(this.timer);
+    if (resetsIn <= 0) return;
+    const seconds = Math.min(REFRESH_SECONDS, Math.ceil(resetsIn));
+    this.timer = setTimeout(() => {
+      if (!document.getElementById("shell").hidden) this.refresh();
+    }, seconds * 1000);
   }
 }
