@@ -239,6 +239,10 @@ class Settings(BaseSettings):
             )
         return self
 
+    def tier(self, name: str) -> TierSettings:
+        """A tier's settings; a user on a tier no longer configured gets the default tier's."""
+        return self.tiers.get(name) or self.tiers[self.default_tier]
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:

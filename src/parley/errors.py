@@ -3,10 +3,13 @@
 Every failure a client can cause or observe is a ``ParleyError``. The HTTP edge
 (``parley.api.errors``) maps them to a status code and the JSON error shape
 ``{"error": {"type", "code", "message", "param"}}``; nothing else in the code
-knows about HTTP status codes.
+knows about HTTP status codes. ``retry_after`` becomes ``Retry-After``; ``headers``
+are further response headers a client acts on (e.g. the ``x-ratelimit-*`` family).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class ParleyError(Exception):
@@ -23,6 +26,7 @@ class ParleyError(Exception):
         code: str | None = None,
         param: str | None = None,
         retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -30,6 +34,7 @@ class ParleyError(Exception):
             self.code = code
         self.param = param
         self.retry_after = retry_after
+        self.headers = dict(headers or {})
 
 
 class InvalidRequest(ParleyError):
@@ -78,6 +83,12 @@ class RateLimited(ParleyError):
     status_code = 429
     type = "rate_limit_error"
     code = "rate_limited"
+
+
+class BudgetExhausted(RateLimited):
+    """The user's token budget does not cover the run's estimated cost (yet)."""
+
+    code = "budget_exhausted"
 
 
 class Unavailable(ParleyError):

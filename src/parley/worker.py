@@ -1,5 +1,10 @@
 """The worker: takes runs by priority, generates, streams deltas, honours cancel, settles.
 
+Settling writes the message and the run in one transaction that also takes the run's token
+budget reservation off its row; the reservation is settled on the bus after that commit and
+before the ``done`` event (so a client that saw ``done`` sees the settled budget). A crash
+between the commit and the bus call loses that refund (or debit): the row no longer holds it.
+
 One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease
 on its row, renewed while it works; the sweeper recovers runs whose lease lapses.
 Cancel is watched concurrently with generation, so a stop frees the engine slot
@@ -19,6 +24,7 @@ from parley.bus.interface import Bus, QueuedRun
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, FinishReason, GenerationRequest
+from parley.qos.budget import Budget
 from parley.runs.events import delta_event, done_event, error_event, status_event
 from parley.store import runs
 from parley.store.database import Database
@@ -52,6 +58,7 @@ class Worker:
         self._bus = bus
         self._engine = engine
         self._settings = settings
+        self._budget = Budget(bus, settings)
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
@@ -218,6 +225,7 @@ class Worker:
         if ended is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
             return
+        await self._budget.settle_run(ended.run, ended.reserved_tokens)
         if code is not None and message is not None:
             await self._bus.append(run.id, error_event(code, message))
-        await self._bus.append(run.id, done_event(ended))
+        await self._bus.append(run.id, done_event(ended.run))

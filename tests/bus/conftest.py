@@ -15,12 +15,13 @@ REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BUS_BACKENDS = os.environ.get("PARLEY_TEST_BUSES", "memory,redis").split(",")
 
 
-async def make_bus(kind: str, limits: BusLimits) -> Bus:
+async def make_bus(kind: str, limits: BusLimits, namespace: str | None = None) -> Bus:
+    """A fresh bus; two Redis buses made with one ``namespace`` share their keys."""
     if kind == "memory":
         return MemoryBus(limits)
     from parley.bus.redis import RedisBus
 
-    bus = RedisBus(REDIS_URL, limits, namespace=f"test-{uuid.uuid4().hex[:12]}")
+    bus = RedisBus(REDIS_URL, limits, namespace=namespace or f"test-{uuid.uuid4().hex[:12]}")
     await bus.ping()
     return bus
 

@@ -42,7 +42,7 @@ def error_response(
 
 
 def parley_error_response(exc: ParleyError) -> JSONResponse:
-    headers: dict[str, str] = {}
+    headers = dict(exc.headers)
     if exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     if isinstance(exc, Unauthenticated):

@@ -83,9 +83,21 @@ class TierOut(BaseModel):
     models: list[str]
 
 
+class BudgetOut(BaseModel):
+    """The user's token budget: a bucket that refills continuously up to its limit."""
+
+    limit_tokens: int = Field(description="Capacity: the tier's `burst_tokens`.")
+    remaining_tokens: int = Field(
+        description="Tokens left now; below zero after runs used more than was reserved."
+    )
+    refill_tokens_per_minute: int
+    resets_in_seconds: float = Field(ge=0, description="Seconds until the budget is full.")
+
+
 class MeOut(BaseModel):
     user: UserOut
     tier: TierOut
+    budget: BudgetOut
     credential: Literal["session", "api_key"]
 
 

@@ -14,6 +14,7 @@ from parley.bus.memory import MemoryBus
 from parley.config import Settings
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
+from parley.qos.budget import Budget
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
@@ -26,6 +27,7 @@ class Services:
     settings: Settings
     db: Database
     bus: Bus
+    budget: Budget
     accounts: Accounts
     submitter: Submitter
     relay: Relay
@@ -91,6 +93,7 @@ def build_services(
         settings=settings,
         db=db,
         bus=bus,
+        budget=Budget(bus, settings),
         accounts=Accounts(db, settings, passwords or Passwords(), throttle),
         submitter=Submitter(db, bus, settings, models),
         relay=Relay(db, bus, settings),

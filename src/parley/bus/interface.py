@@ -46,6 +46,45 @@ class BusLimits:
     cancel_ttl_seconds: float = 3600.0
 
 
+@dataclass(frozen=True, slots=True)
+class TokenBucket:
+    """The shape of one user's token budget: holds up to ``capacity`` tokens and refills
+    continuously at ``per_minute`` tokens a minute (a missing bucket is a full one)."""
+
+    capacity: int
+    per_minute: int
+
+    def __post_init__(self) -> None:
+        if self.capacity <= 0 or self.per_minute <= 0:
+            raise ValueError("a token bucket needs a positive capacity and refill rate")
+
+    def seconds_until(self, balance: float, level: float) -> float:
+        """Seconds until ``balance`` refills to ``level``; 0.0 if it is there already."""
+        return max(0.0, (level - balance) * 60 / self.per_minute)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBalance:
+    """A bucket's balance at one moment; negative after a run used more than it reserved."""
+
+    tokens: float
+    bucket: TokenBucket
+
+    @property
+    def seconds_to_full(self) -> float:
+        return self.bucket.seconds_until(self.tokens, self.bucket.capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenReservation:
+    """The answer to a reservation: taken (``balance`` is what is left) or refused
+    (``balance`` is untouched and ``retry_after`` says when it would cover the amount)."""
+
+    granted: bool
+    balance: TokenBalance
+    retry_after: float = 0.0
+
+
 class QueueFull(Unavailable):
     code = "queue_full"
 
@@ -100,6 +139,25 @@ class Bus(Protocol):
         """Hold one of the user's ``limit`` stream slots for ``ttl`` s; False if all are held."""
 
     async def close_stream(self, user_id: str, stream_id: str) -> None: ...
+
+    # -- per-user token budgets (token buckets) ---------------------------------------------
+
+    async def reserve_tokens(
+        self, user_id: str, amount: int, bucket: TokenBucket
+    ) -> TokenReservation:
+        """Take ``amount`` tokens if the balance covers it, else take nothing.
+
+        An amount above the bucket's capacity is never granted: callers cap it.
+        """
+
+    async def settle_tokens(
+        self, user_id: str, reserved: int, used: int, bucket: TokenBucket
+    ) -> TokenBalance:
+        """Replace a reservation by the actual count: refund ``reserved - used`` (up to the
+        capacity), or debit the overrun (the balance may go negative)."""
+
+    async def peek_tokens(self, user_id: str, bucket: TokenBucket) -> TokenBalance:
+        """The balance now, refill included; changes nothing."""
 
 
 def valid_entry_id(value: str) -> bool:

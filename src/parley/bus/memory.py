@@ -17,6 +17,9 @@ from parley.bus.interface import (
     QueueFull,
     RunEvent,
     StreamEntry,
+    TokenBalance,
+    TokenBucket,
+    TokenReservation,
 )
 
 _Stored = tuple[int, str, str]
@@ -46,6 +49,7 @@ class MemoryBus:
         self._cancels: dict[str, float] = {}
         self._cancel_events: dict[str, asyncio.Event] = {}
         self._slots: dict[str, dict[str, float]] = {}
+        self._budgets: dict[str, tuple[float, float]] = {}  # user -> (tokens, as of when)
 
     async def ping(self) -> None:
         return None
@@ -203,6 +207,42 @@ class MemoryBus:
             slots.pop(stream_id, None)
             if not slots:
                 del self._slots[user_id]
+
+    # -- per-user token budgets ------------------------------------------------------------
+
+    async def reserve_tokens(
+        self, user_id: str, amount: int, bucket: TokenBucket
+    ) -> TokenReservation:
+        tokens = self._tokens(user_id, bucket)
+        if tokens < amount:
+            balance = TokenBalance(tokens, bucket)
+            return TokenReservation(False, balance, bucket.seconds_until(tokens, amount))
+        return TokenReservation(True, self._store_tokens(user_id, tokens - amount, bucket))
+
+    async def settle_tokens(
+        self, user_id: str, reserved: int, used: int, bucket: TokenBucket
+    ) -> TokenBalance:
+        tokens = min(float(bucket.capacity), self._tokens(user_id, bucket) + reserved - used)
+        return self._store_tokens(user_id, tokens, bucket)
+
+    async def peek_tokens(self, user_id: str, bucket: TokenBucket) -> TokenBalance:
+        return TokenBalance(self._tokens(user_id, bucket), bucket)
+
+    def _tokens(self, user_id: str, bucket: TokenBucket) -> float:
+        """The balance now: the stored one plus the refill since, up to the capacity."""
+        stored = self._budgets.get(user_id)
+        if stored is None:
+            return float(bucket.capacity)
+        tokens, at = stored
+        refill = max(0.0, self._clock() - at) * bucket.per_minute / 60
+        return min(float(bucket.capacity), tokens + refill)
+
+    def _store_tokens(self, user_id: str, tokens: float, bucket: TokenBucket) -> TokenBalance:
+        if tokens >= bucket.capacity:
+            self._budgets.pop(user_id, None)  # a full bucket is a missing one
+        else:
+            self._budgets[user_id] = (tokens, self._clock())
+        return TokenBalance(tokens, bucket)
 
 
 def _after(entries: list[_Stored], after_seq: int, count: int) -> list[StreamEntry]:

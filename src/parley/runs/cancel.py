@@ -1,17 +1,21 @@
-"""Stopping a run: a queued run ends at once; a running one is signalled to its worker."""
+"""Stopping a run: a queued run ends at once (its budget reservation is given back, as it
+used nothing); a running one is signalled to its worker, which settles it."""
 
 from __future__ import annotations
 
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus
 from parley.domain import RunStatus
+from parley.qos.budget import Budget
 from parley.runs.events import done_event
 from parley.store import runs
 from parley.store.database import Database
 from parley.store.schema import Run
 
 
-async def cancel(db: Database, bus: Bus, who: Principal, chat_id: str, run_id: str) -> Run:
+async def cancel(
+    db: Database, bus: Bus, budget: Budget, who: Principal, chat_id: str, run_id: str
+) -> Run:
     """Stop the run; returns it (terminal at once if it was queued or had ended)."""
     async with db.transaction() as s:
         run = await runs.get_run(s, user_id=who.user_id, run_id=run_id)
@@ -30,7 +34,8 @@ async def cancel(db: Database, bus: Bus, who: Principal, chat_id: str, run_id: s
             )
         if ended is not None:
             await bus.remove(run_id)
-            await bus.append(run_id, done_event(ended))
-            return ended
+            await budget.settle_run(ended.run, ended.reserved_tokens)
+            await bus.append(run_id, done_event(ended.run))
+            return ended.run
     async with db.transaction() as s:
         return await runs.get_run(s, user_id=who.user_id, run_id=run_id)

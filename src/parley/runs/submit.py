@@ -1,17 +1,27 @@
-"""Sending a prompt: validate, honour the idempotency key, persist, enqueue."""
+"""Sending a prompt: validate, honour the idempotency key, admit, persist, enqueue.
+
+Admission reserves the run's estimated cost on the user's token budget after the
+idempotency check (a same-key retry attaches to the first run and is never charged) and
+before the run is stored; the run row keeps the reservation until the run ends and it is
+settled. A run that is not made after all (no such chat, queue full, lost a same-key race)
+gives its reservation back.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
+
+import anyio
 
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings
 from parley.domain import utcnow
-from parley.errors import PermissionDenied, ValidationFailed
+from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed
+from parley.qos.budget import Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.store import chats, runs
 from parley.store.database import Database
@@ -32,6 +42,7 @@ class Submitter:
         self._bus = bus
         self._settings = settings
         self._models = models
+        self._budget = Budget(bus, settings)
 
     async def submit(
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
@@ -45,14 +56,33 @@ class Submitter:
         depth = sum((await self._bus.queue_depth()).values())
         if depth >= self._settings.queue_max:
             raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
-        run, created = await self._persist(new)
-        return await self._enqueue(run) if created else run
+        try:
+            reserved = await self._budget.reserve(
+                new.user_id, new.tier, estimate_cost(new.content, new.max_tokens)
+            )
+        except BudgetExhausted:
+            # a same-key request may have made the run meanwhile: attach to it, uncharged
+            existing = await self._existing(new) if idempotency_key is not None else None
+            if existing is None:
+                raise
+            return existing
+        try:
+            run, created = await self._persist(replace(new, reserved_tokens=reserved))
+        except BaseException:
+            # (a cancellation landing in the commit itself could leave the run made and
+            # refund it too; requests are not cancelled mid-handler, only at shutdown)
+            await self._release(new, reserved)
+            raise
+        if not created:  # another same-key request made it first (and paid for it)
+            await self._release(new, reserved)
+            return run
+        return await self._enqueue(run)
 
     def _validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None
     ) -> runs.NewRun:
         settings = self._settings
-        tier = settings.tiers.get(who.tier) or settings.tiers[settings.default_tier]
+        tier = settings.tier(who.tier)
         if not req.content.strip():
             raise ValidationFailed(
                 "content must not be blank", code="invalid_content", param="content"
@@ -135,9 +165,17 @@ class Submitter:
         except QueueFull:
             async with self._db.transaction() as s:
                 stored = await runs.get_run(s, user_id=run.user_id, run_id=run.id)
+                reserved = await runs.take_reservation(s, run_id=run.id)
                 await runs.delete_run(s, stored)
+            if reserved is not None:
+                await self._budget.release(run.user_id, run.tier, reserved)
             raise
         return run
+
+    async def _release(self, new: runs.NewRun, reserved: int) -> None:
+        """Give back the reservation of a run that was not made, even while cancelled."""
+        with anyio.CancelScope(shield=True):
+            await self._budget.release(new.user_id, new.tier, reserved)
 
 
 def _request_hash(chat_id: str, req: SendRequest) -> str:

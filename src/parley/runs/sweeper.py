@@ -8,6 +8,9 @@ sweepers racing each other, or a worker, change a run at most once.
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - Idempotency keys older than their lifetime are released.
+
+A run failed here has its token budget reservation settled (to the tokens it streamed), as
+the worker would have; a re-queued run keeps its reservation.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from datetime import timedelta
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
 from parley.domain import RunStatus, utcnow
+from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event, status_event
 from parley.store import runs
 from parley.store.database import Database
@@ -33,6 +37,7 @@ class Sweeper:
         self._db = db
         self._bus = bus
         self._settings = settings
+        self._budget = Budget(bus, settings)
 
     async def run_forever(self) -> None:
         while True:
@@ -93,8 +98,9 @@ class Sweeper:
             )
         if failed is not None:
             log.warning("run %s lost its worker mid-stream: failed, partial text kept", run.id)
+            await self._budget.settle_run(failed.run, failed.reserved_tokens)
             await self._bus.append(run.id, error_event("worker_lost", reason))
-            await self._bus.append(run.id, done_event(failed))
+            await self._bus.append(run.id, done_event(failed.run))
 
     async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
         """The text streamed so far and its token count; None if no delta was streamed."""

@@ -33,6 +33,7 @@ class NewRun:
     temperature: float | None
     idempotency_key: str | None
     request_hash: str | None
+    reserved_tokens: int | None = None
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -82,6 +83,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         temperature=new.temperature,
         idempotency_key=new.idempotency_key,
         request_hash=new.request_hash,
+        reserved_tokens=new.reserved_tokens,
         attempts=0,
         created_at=now,
     )
@@ -132,6 +134,20 @@ async def delete_run(s: AsyncSession, run: Run) -> None:
         message = await s.get(Message, message_id)
         if message is not None:
             await s.delete(message)
+
+
+async def take_reservation(s: AsyncSession, *, run_id: str) -> int | None:
+    """The budget reservation the run still holds, cleared in the caller's transaction:
+    whoever commits this first gets the amount, every later caller gets None."""
+    held = await s.scalar(select(Run.reserved_tokens).where(Run.id == run_id).with_for_update())
+    if held is None:
+        return None
+    result = await s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.reserved_tokens.is_not(None))
+        .values(reserved_tokens=None)
+    )
+    return held if getattr(result, "rowcount", 0) else None
 
 
 async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> Run | None:
@@ -192,6 +208,15 @@ async def history(s: AsyncSession, run: Run) -> list[Message]:
 
 
 @dataclass(frozen=True, slots=True)
+class Finished:
+    """A run that just reached its terminal state, and the budget reservation it gave up
+    (to be settled by the caller, once, after the commit; None if it held none)."""
+
+    run: Run
+    reserved_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     status: RunStatus
     content: str
@@ -218,8 +243,9 @@ async def finish(
     from_status: RunStatus,
     worker_id: str | None = None,
     lease_expired: bool = False,
-) -> Run | None:
-    """Move a run from ``from_status`` to its terminal state with its message; None if lost.
+) -> Finished | None:
+    """Move a run from ``from_status`` to its terminal state with its message, and take its
+    budget reservation, in the caller's transaction; None if someone else moved it.
 
     ``worker_id``: only if that worker still holds it; ``lease_expired``: only if its lease
     has lapsed (the sweeper's guard against a worker that just renewed).
@@ -261,7 +287,8 @@ async def finish(
             updated_at=now,
         )
     )
-    return run
+    reserved = await take_reservation(s, run_id=run_id)
+    return Finished(run, reserved)
 
 
 async def requeue(s: AsyncSession, *, run_id: str) -> Run | None:

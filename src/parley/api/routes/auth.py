@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, Request, Response, status
 
 from parley.accounts.service import Login
@@ -13,8 +15,17 @@ from parley.api.deps import (
     SessionPrincipalDep,
 )
 from parley.api.routes import AUTHED, BODY, errors
-from parley.api.schemas import AuthOut, Credentials, LoginRequest, MeOut, TierOut, UserOut
+from parley.api.schemas import (
+    AuthOut,
+    BudgetOut,
+    Credentials,
+    LoginRequest,
+    MeOut,
+    TierOut,
+    UserOut,
+)
 from parley.api.state import Services
+from parley.bus.interface import TokenBalance
 
 router = APIRouter(prefix="/api", tags=["accounts"])
 
@@ -53,13 +64,24 @@ async def logout(who: SessionPrincipalDep, response: Response, svc: ServicesDep)
 
 @router.get("/me", response_model=MeOut, responses=errors(*AUTHED))
 async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
-    """The user, their tier and its limits."""
+    """The user, their tier and its limits, and the token budget left."""
     user = await svc.accounts.me(who)
-    tier = svc.settings.tiers.get(user.tier) or svc.settings.tiers[svc.settings.default_tier]
+    tier = svc.settings.tier(user.tier)
+    balance = await svc.budget.balance(user.id, user.tier)
     return MeOut(
         user=UserOut.model_validate(user, from_attributes=True),
         tier=TierOut(name=user.tier, **tier.model_dump(exclude={"downgrade_model"})),
+        budget=_budget_out(balance),
         credential=who.kind.value,
+    )
+
+
+def _budget_out(balance: TokenBalance) -> BudgetOut:
+    return BudgetOut(
+        limit_tokens=balance.bucket.capacity,
+        remaining_tokens=math.floor(balance.tokens),
+        refill_tokens_per_minute=balance.bucket.per_minute,
+        resets_in_seconds=round(balance.seconds_to_full, 3),
     )
 
 

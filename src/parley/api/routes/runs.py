@@ -38,6 +38,30 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     }
 }
 
+_INTEGER = {"type": "integer", "minimum": 0}
+BUDGET_429: dict[int | str, dict[str, Any]] = {
+    429: {
+        **errors(429)[429],
+        "description": "Token budget exhausted (`budget_exhausted`, with the `x-ratelimit-*` "
+        "headers) or too many open streams (`too_many_streams`); see Retry-After",
+        "headers": {
+            "Retry-After": {"description": "Seconds to wait.", "schema": _INTEGER},
+            "x-ratelimit-limit-tokens": {
+                "description": "The token budget's capacity.",
+                "schema": _INTEGER,
+            },
+            "x-ratelimit-remaining-tokens": {
+                "description": "Tokens left now.",
+                "schema": _INTEGER,
+            },
+            "x-ratelimit-reset-tokens": {
+                "description": "Time until the budget is full again, e.g. `12s`.",
+                "schema": {"type": "string", "pattern": "^[0-9]+s$"},
+            },
+        },
+    }
+}
+
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -56,7 +80,8 @@ IdempotencyKey = Annotated[
     responses={
         **SSE_RESPONSE,
         202: {"model": RunAccepted, "description": "With `Accept: application/json`."},
-        **errors(*AUTHED, 404, *BODY, 429, 503),
+        **errors(*AUTHED, 404, *BODY, 503),
+        **BUDGET_429,
     },
 )
 async def send_message(
@@ -67,7 +92,12 @@ async def send_message(
     svc: ServicesDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """Send a prompt: stream the answer as SSE, or 202 with the run's ids for JSON clients."""
+    """Send a prompt: stream the answer as SSE, or 202 with the run's ids for JSON clients.
+
+    The run's estimated cost (`max_tokens` + the message at ~3 characters a token) is
+    reserved on the user's token budget first, and settled to the tokens it really used
+    when it ends; without enough budget: 429 `budget_exhausted`. A retry with the same
+    `Idempotency-Key` is never charged again."""
     run = await svc.submitter.submit(
         who,
         chat_id,
@@ -119,7 +149,7 @@ async def run_events(
 )
 async def cancel_run(chat_id: str, run_id: str, who: PrincipalDep, svc: ServicesDep) -> RunOut:
     """Stop the run. A queued run ends at once; a running one stops within moments."""
-    return run_out(await cancelling.cancel(svc.db, svc.bus, who, chat_id, run_id))
+    return run_out(await cancelling.cancel(svc.db, svc.bus, svc.budget, who, chat_id, run_id))
 
 
 def run_out(run: Run) -> RunOut:

@@ -1,0 +1,1 @@
+"""Quality of service: tiers, token budgets, admission."""
