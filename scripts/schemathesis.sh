@@ -32,11 +32,13 @@ token=$(curl -fs -X POST "$base/api/auth/signup" -H 'content-type: application/j
   "$py" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 cd "$work"
 status=0
+# one worker: with two threads, CPython 3.11.7's ast.parse (used by hypothesis to describe
+# lambdas) intermittently raises "AST constructor recursion depth mismatch" (gh-106905)
 "$st" run "$base/openapi.json" \
   -H "Authorization: Bearer $token" \
   --checks all --exclude-checks positive_data_acceptance \
   --exclude-path /api/auth/logout \
-  --max-time "$seconds" --workers 2 --seed 1 || status=$?
+  --max-time "$seconds" --workers 1 --seed 1 || status=$?
 if grep -q '" 5[0-9][0-9] ' "$work/serve.log"; then
   echo "server answered 5xx:"; grep '" 5[0-9][0-9] ' "$work/serve.log"; status=1
 fi

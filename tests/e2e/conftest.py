@@ -53,7 +53,9 @@ class Server:
 ServerFactory = Callable[..., Server]
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: sync Playwright runs an event loop in this thread while it is
+# open, and the async tests that follow in the same session need the thread's loop free.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium")
@@ -61,7 +63,7 @@ def playwright() -> Iterator[Playwright]:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(
         executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -438,3 +439,46 @@ def test_errors_are_shown_and_the_draft_is_kept(
     send(page, "are you still there?")
     expect(page.get_by_role("heading", name="Log in to parley")).to_be_visible()
     expect(page.locator("#auth-notice")).to_contain_text("session has ended")
+
+
+def test_budget_is_shown_and_a_spent_budget_says_when_it_refills(
+    page: Page, context: BrowserContext, servers: ServerFactory
+) -> None:
+    # a tiny free tier: 150 tokens, refilling at 10 a second; an answer costs about 50
+    tier = {
+        "priority": 0,
+        "tokens_per_minute": 600,
+        "burst_tokens": 150,
+        "max_concurrent_runs": 1,
+        "max_output_tokens": 40,
+    }
+    small = servers(
+        PARLEY_TIERS=json.dumps({"free": tier}),
+        **fake_engine(ttft_ms=0, itl_ms=10, tokens=40),
+    )
+    api = log_in(context, small)
+    open_app(page, small.url)
+    budget = page.locator("#budget-text")
+    expect(budget).to_have_text(re.compile(r"^150 of 150 tokens left"))
+    banner = page.locator("#banner")
+    for n in range(8):  # each answer costs about 50 tokens: the budget runs out
+        send(page, f"question {n}")
+        page.wait_for_function(
+            "n => !document.getElementById('banner').hidden || document.querySelectorAll("
+            "'li.assistant[data-status=\"completed\"]').length > n",
+            arg=n,
+        )
+        if banner.is_visible():
+            break
+        expect(budget).not_to_have_text(re.compile(r"^150 of"))  # the cost shows
+    else:
+        raise AssertionError("the budget never ran out")
+    expect(banner).to_contain_text(
+        re.compile(r"token budget is used up\. It refills enough in \d+ s")
+    )
+    shot(page, "11-budget-spent")
+    expect(banner).to_be_hidden(timeout=30_000)  # retried by itself once it refilled
+    expect(answer(page)).to_have_attribute("data-status", "completed")
+    stored = api.messages(chat_id_of(page))
+    assert [m["content"] for m in stored if m["role"] == "user"][-1].startswith("question")
+    assert sum(m["role"] == "assistant" for m in stored) == sum(m["role"] == "user" for m in stored)

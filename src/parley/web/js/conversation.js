@@ -263,6 +263,7 @@ export class Conversation {
     if (!active) return;
     const runId = active.view && active.view.runId;
     if (!runId) {
+      this.banner.settle(false); // waiting to be admitted: give up sending
       active.stopRequested = true; // the run has no id yet: stop as soon as it does
       return;
     }
