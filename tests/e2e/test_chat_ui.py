@@ -11,6 +11,7 @@ from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from tests.e2e.conftest import (
     PASSWORD,
+    Api,
     Server,
     ServerFactory,
     fake_engine,
@@ -49,6 +50,21 @@ def chat_id_of(page: Page) -> str:
     match = re.search(r"/c/([^/]+)$", page.url)
     assert match, page.url
     return match.group(1)
+
+
+SOME_WORDS = re.compile(r"\w+ \w+ \w+")
+
+
+def answering(
+    page: Page, context: BrowserContext, server: Server, text: str
+) -> tuple[Api, Locator]:
+    """A new user sends ``text``; returns once the answer shows its first words."""
+    api = log_in(context, server)
+    open_app(page, server.url)
+    send(page, text)
+    message = answer(page)
+    expect(message.locator(".content")).to_contain_text(SOME_WORDS)
+    return api, message
 
 
 def lengths_while_streaming(message: Locator, timeout: float = 60) -> list[int]:
@@ -183,11 +199,7 @@ That is why `parley` schedules by **priority, then age**, and never by request c
 def test_reload_mid_answer_rejoins_and_completes(
     page: Page, context: BrowserContext, server: Server
 ) -> None:
-    api = log_in(context, server)
-    open_app(page, server.url)
-    send(page, "a long answer, please")
-    message = answer(page)
-    expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+ \w+"))
+    api, message = answering(page, context, server, "a long answer, please")
     before = content(message)
 
     page.reload()
@@ -207,10 +219,7 @@ def test_reload_mid_answer_rejoins_and_completes(
 def test_a_chat_opened_mid_answer_shows_it_streaming(
     page: Page, context: BrowserContext, server: Server
 ) -> None:
-    api = log_in(context, server)
-    open_app(page, server.url)
-    send(page, "keep going while I look elsewhere")
-    expect(answer(page).locator(".content")).not_to_be_empty()
+    api, _ = answering(page, context, server, "keep going while I look elsewhere")
     chat = chat_id_of(page)
 
     page.get_by_role("button", name="New chat").click()
@@ -228,11 +237,8 @@ def test_a_dropped_connection_resumes_the_answer(
 ) -> None:
     proxy = CuttableProxy(int(server.url.rsplit(":", 1)[1]))
     try:
-        api = log_in(context, Server(proxy.url, server.proc))
-        open_app(page, proxy.url)
-        send(page, "stay with me through a network blip")
-        message = answer(page)
-        expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+"))
+        through_proxy = Server(proxy.url, server.proc)
+        api, message = answering(page, context, through_proxy, "stay with me through a blip")
         assert proxy.cut() >= 1  # every connection reset, the SSE stream among them
         seen = lengths_while_streaming(message)
         expect(message).to_have_attribute("data-status", "completed")
@@ -246,11 +252,7 @@ def test_a_dropped_connection_resumes_the_answer(
 def test_stop_ends_the_answer_and_keeps_the_partial_text(
     page: Page, context: BrowserContext, server: Server
 ) -> None:
-    api = log_in(context, server)
-    open_app(page, server.url)
-    send(page, "an answer I will stop")
-    message = answer(page)
-    expect(message.locator(".content")).to_contain_text(re.compile(r"\w+ \w+ \w+"))
+    api, message = answering(page, context, server, "an answer I will stop")
     page.get_by_role("button", name="Stop", exact=True).click()
 
     expect(message).to_have_attribute("data-status", "cancelled")
