@@ -376,6 +376,7 @@ def test_busy_service_shows_a_banner_and_retries_by_itself(
     banner = page.locator("#banner")
     expect(banner).to_be_visible()
     expect(banner).to_contain_text(re.compile(r"busy\. Retrying in \d+ s"))
+    expect(answer(page).locator(".message-note")).to_have_text("Not sent yet: waiting to retry…")
     shot(page, "04-busy-banner")
     counts = set()
     while banner.is_visible():

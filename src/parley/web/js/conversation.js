@@ -185,8 +185,11 @@ export class Conversation {
         return await post();
       } catch (err) {
         if (!err.retryable || signal.aborted) throw err;
+        const view = this.active && this.active.view;
+        view?.setStatus("waiting");
         const again = await this.banner.wait(err, attempt);
         if (!again || signal.aborted) return null;
+        view?.setStatus("sending");
       }
     }
   }

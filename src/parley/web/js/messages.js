@@ -7,6 +7,7 @@ import { renderMarkdown } from "./markdown.js";
 const STATUS_NOTE = {
   queued: "Waiting for a free model slot…",
   sending: "Sending…",
+  waiting: "Not sent yet: waiting to retry…",
   cancelled: "Stopped",
   failed: "The answer failed",
   rejected: "The request was refused",
@@ -45,9 +46,10 @@ export class MessageView {
     return this.el.dataset.status === "in_progress";
   }
 
-  /** in_progress | queued | sending | reconnecting | completed | cancelled | failed | rejected */
+  /** in_progress | queued | sending | waiting | reconnecting | completed | cancelled | failed |
+   *  rejected */
   setStatus(status, detail) {
-    const live = ["in_progress", "queued", "sending", "reconnecting"].includes(status);
+    const live = ["in_progress", "queued", "sending", "waiting", "reconnecting"].includes(status);
     this.el.dataset.status = live ? "in_progress" : status;
     this.el.setAttribute("aria-busy", live ? "true" : "false");
     let note = STATUS_NOTE[status] || "";
