@@ -35,6 +35,7 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(os.environ.get("PARLEY_SCREENSHOT_DIR", "build/screenshots"))
 PASSWORD = "correct horse battery staple"
+ANSWER_TOKENS = 60  # the default server's answers
 
 
 @dataclass
@@ -106,8 +107,9 @@ def fake_engine(ttft_ms: int, itl_ms: int, tokens: int, slots: int = 8) -> dict[
 
 @pytest.fixture
 def server(servers: ServerFactory) -> Server:
-    """The default: answers of 40 tokens at 60 ms each (about 2.5 s), slow enough to watch."""
-    return servers(**fake_engine(ttft_ms=150, itl_ms=60, tokens=40))
+    """The default: answers of ANSWER_TOKENS at 60 ms each (about 3.6 s), slow enough to
+    watch, reload and come back to mid-answer even on a busy machine."""
+    return servers(**fake_engine(ttft_ms=150, itl_ms=60, tokens=ANSWER_TOKENS))
 
 
 @pytest.fixture

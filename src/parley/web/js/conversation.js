@@ -125,9 +125,7 @@ export class Conversation {
   /** Send the composer's text. Resolves false if nothing was sent (the text is restored). */
   async submit(text) {
     if (this.busy || !text.trim()) return false;
-    const controller = new AbortController();
-    this.active = { view: null, controller, stopRequested: false, chatId: this.chatId };
-    this.hooks.streamingChanged(true);
+    const controller = this.begin(null);
     try {
       const chatId = this.chatId ?? (await this.createChat(text));
       this.active.chatId = chatId;
@@ -240,9 +238,7 @@ export class Conversation {
 
   /** Rejoin a run already under way (reload, or a chat opened mid-answer). */
   async follow(view, { runId }) {
-    const controller = new AbortController();
-    this.active = { view, controller, stopRequested: false, chatId: this.chatId };
-    this.hooks.streamingChanged(true);
+    const controller = this.begin(view);
     try {
       await this.stream(view, { runId });
     } catch (err) {
@@ -251,6 +247,14 @@ export class Conversation {
     } finally {
       this.finish(controller);
     }
+  }
+
+  /** An answer starts streaming on `view` (null until its placeholder exists). */
+  begin(view) {
+    const controller = new AbortController();
+    this.active = { view, controller, stopRequested: false, chatId: this.chatId };
+    this.hooks.streamingChanged(true);
+    return controller;
   }
 
   finish(controller) {
