@@ -132,7 +132,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
-    from parley.api.state import build_services
+    from parley.services import build_services
     from parley.store.migrate import upgrade
 
     services = build_services(settings, worker=worker)
@@ -160,7 +160,7 @@ def _freeze_startup_objects() -> None:
 
 
 async def _worker(_: argparse.Namespace, settings: Settings) -> int:
-    from parley.api.state import build_services
+    from parley.services import build_services
     from parley.store.migrate import upgrade
 
     if not settings.redis_url:
@@ -194,7 +194,8 @@ async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
 
 async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
     from parley.accounts.passwords import Passwords
-    from parley.api.schemas import Credentials
+    from parley.accounts.policy import check_password, checked_email
+    from parley.errors import ValidationFailed
     from parley.store import users
 
     tier = args.tier or settings.default_tier
@@ -205,16 +206,15 @@ async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
     else:
         password = getpass.getpass("password: ")
     try:
-        creds = Credentials(email=args.email, password=password)
-    except ValueError as e:
-        return _fail(str(e))
+        email = checked_email(args.email)
+        check_password(password)
+    except ValidationFailed as e:
+        return _fail(e.message)
     db = await _open_db(settings)
     try:
-        password_hash = await Passwords().hash(creds.password)
+        password_hash = await Passwords().hash(password)
         async with db.transaction() as s:
-            user = await users.create_user(
-                s, email=creds.email, password_hash=password_hash, tier=tier
-            )
+            user = await users.create_user(s, email=email, password_hash=password_hash, tier=tier)
         print(f"{user.id}\t{user.email}\t{user.tier}")
     except Exception as e:
         return _fail(str(e))

@@ -1,7 +1,7 @@
 """The one error tree of parley.
 
 Every failure a client can cause or observe is a ``ParleyError``. The HTTP edge
-(``parley.api.errors``) maps them to a status code and the JSON error shape
+(``parley.api.error_responses``) maps them to a status code and the JSON error shape
 ``{"error": {"type", "code", "message", "param"}}``; nothing else in the code
 knows about HTTP status codes. ``retry_after`` becomes ``Retry-After``; ``headers``
 are further response headers a client acts on (e.g. the ``x-ratelimit-*`` family).
@@ -61,6 +61,12 @@ class NotFound(ParleyError):
     code = "not_found"
 
 
+class MethodNotAllowed(ParleyError):
+    status_code = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
 class Conflict(ParleyError):
     status_code = 409
     type = "conflict_error"
@@ -71,6 +77,12 @@ class PayloadTooLarge(ParleyError):
     status_code = 413
     type = "invalid_request_error"
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(ParleyError):
+    status_code = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
 
 
 class ValidationFailed(ParleyError):

@@ -14,10 +14,9 @@ import pytest
 import uvicorn
 
 from parley.api.app import create_app
-from parley.api.state import Services, build_services
-from parley.bus.interface import BusLimits
-from parley.bus.memory import MemoryBus
+from parley.bus.interface import Bus
 from parley.config import Settings, load_settings
+from parley.services import Services, build_bus, build_services
 from tests.bus.conftest import REDIS_URL
 from tests.conftest import BACKENDS, _migrate, _truncate, fast_passwords
 
@@ -64,18 +63,10 @@ def run_settings(stack: tuple[str, str], tmp_path: Path, run_overrides: dict[str
     return load_settings(**merged)
 
 
-def make_bus(kind: str, settings: Settings) -> Any:
-    limits = BusLimits(
-        queue_max=settings.queue_max,
-        stream_maxlen=settings.stream_maxlen,
-        stream_ttl_seconds=settings.stream_ttl_seconds,
-        cancel_ttl_seconds=settings.stream_ttl_seconds,
-    )
+def make_bus(kind: str, settings: Settings) -> Bus:
     if kind == "memory":
-        return MemoryBus(limits)
-    from parley.bus.redis import RedisBus
-
-    return RedisBus(REDIS_URL, limits, namespace=f"test-{uuid.uuid4().hex[:12]}")
+        return build_bus(settings)
+    return build_bus(settings, redis_url=REDIS_URL, namespace=f"test-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture

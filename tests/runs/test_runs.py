@@ -12,10 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from parley.api.schemas import DeltaEventData, DoneEventData, ErrorEventData, StatusEventData
-from parley.api.state import Services
 from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine, FakeEngineConfig
-from parley.worker import Worker
+from parley.runs.worker import Worker
+from parley.services import Services
 from tests.helpers import assert_error, user_headers
 from tests.sse import Event, collect, events, text_of
 
@@ -451,7 +451,7 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
 ) -> None:
     """A run held by a worker that stopped renewing: re-queued before any token,
     failed with its partial text after some."""
-    from parley.store import runs as run_store
+    from parley.store import run_records as run_store
 
     worker = run_services.worker
     assert worker is not None
@@ -490,6 +490,7 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
         run_services.db,
         run_services.bus,
         FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0)),
+        run_services.finisher,
         run_services.settings,
         concurrency=2,
     )

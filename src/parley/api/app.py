@@ -8,11 +8,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from parley import __version__
-from parley.api.errors import install_error_handlers
+from parley.api.error_responses import install_error_handlers
 from parley.api.limits import BodyLimit
 from parley.api.routes import auth, chats, health, keys, runs
-from parley.api.state import Services
 from parley.api.web import SecurityHeaders, mount_web
+from parley.services import Services
 
 
 def create_app(services: Services, *, close_services: bool = True) -> FastAPI:

@@ -8,9 +8,9 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.accounts.service import Principal
-from parley.api.state import Services
 from parley.domain import CredentialKind
 from parley.errors import PermissionDenied, Unauthenticated
+from parley.services import Services
 
 SESSION_COOKIE = "parley_session"
 CSRF_COOKIE = "parley_csrf"

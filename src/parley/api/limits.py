@@ -6,6 +6,9 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley.api.error_responses import error_body
+from parley.errors import PayloadTooLarge
+
 
 class BodyLimit:
     """Answers 413 for bodies over ``max_bytes``, declared or streamed (chunked)."""
@@ -40,20 +43,12 @@ class BodyLimit:
         await self.app(scope, _replay_body(b"".join(chunks), receive), send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "error": {
-                    "type": "invalid_request_error",
-                    "code": "payload_too_large",
-                    "message": f"the request body exceeds {self.max_bytes} bytes",
-                    "param": None,
-                }
-            }
-        ).encode()
+        error = PayloadTooLarge(f"the request body exceeds {self.max_bytes} bytes")
+        body = json.dumps(error_body(error)).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": error.status_code,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),

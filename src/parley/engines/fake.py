@@ -34,7 +34,6 @@ class FakeEngineConfig:
     inter_token_latency: float = 0.02
     output_tokens: int = 32
     slots: int = 8
-    models: tuple[str, ...] = (FAKE_MODEL,)
 
 
 def fake_text(messages: list[ChatMessage], n_tokens: int) -> list[str]:
@@ -67,14 +66,11 @@ class FakeEngine:
         self.started = 0
 
     @property
-    def models(self) -> list[str]:
-        return list(self.config.models)
-
-    @property
     def busy_slots(self) -> int:
         return len(self._active)
 
-    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+    @staticmethod
+    def _prompt_tokens(messages: list[ChatMessage]) -> int:
         return sum(len(m.content.split()) + 4 for m in messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
@@ -85,7 +81,7 @@ class FakeEngine:
         try:
             full = _answer_length(request.messages, self.config)
             tokens = fake_text(request.messages, min(full, request.max_tokens))
-            prompt = self.count_prompt_tokens(request.model, request.messages)
+            prompt = self._prompt_tokens(request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 return
             for i, token in enumerate(tokens):

@@ -43,17 +43,7 @@ class Delta:
     prompt_tokens: int | None = None
 
 
-class EngineUnavailable(Exception):
-    """The engine could not take or finish the request (not the client's fault)."""
-
-
 class Engine(Protocol):
-    @property
-    def models(self) -> list[str]:
-        """The model names this engine serves; the first is the default."""
-
-    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int: ...
-
     def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         """Generate; closing the iterator early aborts the request and frees its slot."""
 

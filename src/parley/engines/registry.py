@@ -36,7 +36,6 @@ def build_engine(settings: Settings) -> Engine:
                 inter_token_latency=f.inter_token_latency_ms / 1000,
                 output_tokens=f.output_tokens,
                 slots=f.slots,
-                models=tuple(configured_models(settings)),
             )
         )
     return _builtin(settings)

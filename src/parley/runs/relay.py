@@ -18,7 +18,7 @@ from parley.bus.interface import Bus, EventKind, StreamEntry, valid_entry_id
 from parley.config import Settings
 from parley.errors import InvalidRequest, RateLimited
 from parley.runs.events import delta_event, done_event, sse_frame, sse_ping
-from parley.store import runs
+from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
@@ -46,7 +46,7 @@ class Relay:
             )
         if not owned:
             async with self._db.transaction() as s:
-                await runs.get_run(s, user_id=who.user_id, run_id=run_id)
+                await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
         slot = secrets.token_hex(8)
         if not await self._hold(who, slot):
             raise RateLimited(
@@ -96,8 +96,8 @@ class Relay:
     async def _stored(self, who: Principal, run_id: str) -> list[str] | None:
         """The finished run from the store, when its stream is gone; None if not finished."""
         async with self._db.transaction() as s:
-            run = await runs.get_run(s, user_id=who.user_id, run_id=run_id)
-            message = await runs.assistant_message(s, run)
+            run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
+            message = await run_records.assistant_message(s, run)
         if not run.status.is_terminal:
             return None
         content = message.content if message else ""
@@ -113,4 +113,4 @@ class Relay:
 
 async def run_of(db: Database, who: Principal, run_id: str) -> Run:
     async with db.transaction() as s:
-        return await runs.get_run(s, user_id=who.user_id, run_id=run_id)
+        return await run_records.get_run(s, user_id=who.user_id, run_id=run_id)

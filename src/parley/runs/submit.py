@@ -18,12 +18,12 @@ import anyio
 
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
-from parley.config import Settings
+from parley.config import Settings, TierSettings
 from parley.domain import utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed
 from parley.qos.budget import Budget, estimate_cost
 from parley.runs.events import status_event
-from parley.store import chats, runs
+from parley.store import chats, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
@@ -37,12 +37,14 @@ class SendRequest:
 
 
 class Submitter:
-    def __init__(self, db: Database, bus: Bus, settings: Settings, models: list[str]) -> None:
+    def __init__(
+        self, db: Database, bus: Bus, budget: Budget, settings: Settings, models: list[str]
+    ) -> None:
         self._db = db
         self._bus = bus
+        self._budget = budget
         self._settings = settings
         self._models = models
-        self._budget = Budget(bus, settings)
 
     async def submit(
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
@@ -53,8 +55,7 @@ class Submitter:
             existing = await self._existing(new)
             if existing is not None:
                 return existing
-        depth = sum((await self._bus.queue_depth()).values())
-        if depth >= self._settings.queue_max:
+        if await self._bus.queue_length() >= self._settings.queue_max:
             raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
         try:
             reserved = await self._budget.reserve(
@@ -80,20 +81,38 @@ class Submitter:
 
     def _validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None
-    ) -> runs.NewRun:
-        settings = self._settings
-        tier = settings.tier(who.tier)
-        if not req.content.strip():
+    ) -> run_records.NewRun:
+        tier = self._settings.tier(who.tier)
+        self._check_content(req.content)
+        model = self._check_model(who.tier, tier, req.model)
+        return run_records.NewRun(
+            user_id=who.user_id,
+            chat_id=chat_id,
+            content=req.content,
+            model=model,
+            tier=who.tier,
+            priority=tier.priority,
+            max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
+            temperature=req.temperature,
+            idempotency_key=key,
+            request_hash=_request_hash(chat_id, req) if key else None,
+        )
+
+    def _check_content(self, content: str) -> None:
+        if not content.strip():
             raise ValidationFailed(
                 "content must not be blank", code="invalid_content", param="content"
             )
-        if len(req.content) > settings.max_message_chars:
+        limit = self._settings.max_message_chars
+        if len(content) > limit:
             raise ValidationFailed(
-                f"content must be at most {settings.max_message_chars} characters",
+                f"content must be at most {limit} characters",
                 code="content_too_long",
                 param="content",
             )
-        model = req.model or self._models[0]
+
+    def _check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
+        model = asked or self._models[0]
         if model not in self._models:
             raise ValidationFailed(
                 f"unknown model {model!r}; available: {', '.join(self._models)}",
@@ -102,33 +121,24 @@ class Submitter:
             )
         if "*" not in tier.models and model not in tier.models:
             raise PermissionDenied(
-                f"the {who.tier} tier may not use model {model!r}", code="model_not_allowed"
+                f"the {tier_name} tier may not use model {model!r}", code="model_not_allowed"
             )
-        if req.max_tokens is not None and req.max_tokens > tier.max_output_tokens:
+        return model
+
+    def _max_tokens(self, tier_name: str, tier: TierSettings, asked: int | None) -> int:
+        if asked is not None and asked > tier.max_output_tokens:
             raise ValidationFailed(
-                f"max_tokens must be at most {tier.max_output_tokens} on the {who.tier} tier",
+                f"max_tokens must be at most {tier.max_output_tokens} on the {tier_name} tier",
                 code="max_tokens_too_large",
                 param="max_tokens",
             )
-        max_tokens = req.max_tokens or min(settings.default_max_tokens, tier.max_output_tokens)
-        return runs.NewRun(
-            user_id=who.user_id,
-            chat_id=chat_id,
-            content=req.content,
-            model=model,
-            tier=who.tier,
-            priority=tier.priority,
-            max_tokens=max_tokens,
-            temperature=req.temperature,
-            idempotency_key=key,
-            request_hash=_request_hash(chat_id, req) if key else None,
-        )
+        return asked or min(self._settings.default_max_tokens, tier.max_output_tokens)
 
-    async def _existing(self, new: runs.NewRun) -> Run | None:
+    async def _existing(self, new: run_records.NewRun) -> Run | None:
         assert new.idempotency_key is not None
         since = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
         async with self._db.transaction() as s:
-            run = await runs.find_by_idempotency_key(
+            run = await run_records.find_by_idempotency_key(
                 s, user_id=new.user_id, key=new.idempotency_key, since=since
             )
         if run is None:
@@ -141,21 +151,21 @@ class Submitter:
             )
         return run
 
-    async def _persist(self, new: runs.NewRun) -> tuple[Run, bool]:
+    async def _persist(self, new: run_records.NewRun) -> tuple[Run, bool]:
         """The new run (True), or the run that won a same-key race (False)."""
         for _ in range(2):
             try:
                 async with self._db.transaction() as s:
                     await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
-                    return await runs.create_run(s, new), True
-            except runs.DuplicateIdempotencyKey:
+                    return await run_records.create_run(s, new), True
+            except run_records.DuplicateIdempotencyKey:
                 existing = await self._existing(new)
                 if existing is not None:
                     return existing, False
                 # the key belongs to a run older than the key's lifetime: let it go, retry
                 before = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
                 async with self._db.transaction() as s:
-                    await runs.forget_idempotency_keys(s, before=before)
+                    await run_records.forget_idempotency_keys(s, before=before)
         raise AssertionError("idempotency key conflict did not resolve")
 
     async def _enqueue(self, run: Run) -> Run:
@@ -164,15 +174,15 @@ class Submitter:
             await self._bus.enqueue(QueuedRun(run.id, run.priority))
         except QueueFull:
             async with self._db.transaction() as s:
-                stored = await runs.get_run(s, user_id=run.user_id, run_id=run.id)
-                reserved = await runs.take_reservation(s, run_id=run.id)
-                await runs.delete_run(s, stored)
+                stored = await run_records.get_run(s, user_id=run.user_id, run_id=run.id)
+                reserved = await run_records.take_reservation(s, run_id=run.id)
+                await run_records.delete_run(s, stored)
             if reserved is not None:
                 await self._budget.release(run.user_id, run.tier, reserved)
             raise
         return run
 
-    async def _release(self, new: runs.NewRun, reserved: int) -> None:
+    async def _release(self, new: run_records.NewRun, reserved: int) -> None:
         """Give back the reservation of a run that was not made, even while cancelled."""
         with anyio.CancelScope(shield=True):
             await self._budget.release(new.user_id, new.tier, reserved)

@@ -9,8 +9,8 @@ sweepers racing each other, or a worker, change a run at most once.
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - Idempotency keys older than their lifetime are released.
 
-A run failed here has its token budget reservation settled (to the tokens it streamed), as
-the worker would have; a re-queued run keeps its reservation.
+A run failed here ends through the ``Finisher``, as the worker's runs do (its reservation is
+settled to the tokens it used); a re-queued run keeps its reservation.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from datetime import timedelta
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
 from parley.domain import RunStatus, utcnow
-from parley.qos.budget import Budget
-from parley.runs.events import done_event, error_event, status_event
-from parley.store import runs
+from parley.runs.events import status_event
+from parley.runs.finisher import Finisher, Guard
+from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
@@ -33,11 +33,11 @@ log = logging.getLogger(__name__)
 
 
 class Sweeper:
-    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+    def __init__(self, db: Database, bus: Bus, finisher: Finisher, settings: Settings) -> None:
         self._db = db
         self._bus = bus
+        self._finisher = finisher
         self._settings = settings
-        self._budget = Budget(bus, settings)
 
     async def run_forever(self) -> None:
         while True:
@@ -52,12 +52,12 @@ class Sweeper:
     async def sweep_once(self) -> None:
         now = utcnow()
         async with self._db.transaction() as s:
-            expired = await runs.expired_leases(s, now=now)
+            expired = await run_records.expired_leases(s, now=now)
         for run in expired:
             await self._recover(run)
         stale_before = now - timedelta(seconds=self._settings.requeue_stale_after_seconds)
         async with self._db.transaction() as s:
-            stale = await runs.stale_queued(s, older_than=stale_before)
+            stale = await run_records.stale_queued(s, older_than=stale_before)
         for run in stale:
             try:
                 await self._bus.enqueue(QueuedRun(run.id, run.priority))
@@ -65,13 +65,13 @@ class Sweeper:
                 break
         forget_before = now - timedelta(seconds=self._settings.idempotency_ttl_seconds)
         async with self._db.transaction() as s:
-            await runs.forget_idempotency_keys(s, before=forget_before)
+            await run_records.forget_idempotency_keys(s, before=forget_before)
 
     async def _recover(self, run: Run) -> None:
         partial = await self._streamed_text(run.id)
         if partial is None and run.attempts < self._settings.max_run_attempts:
             async with self._db.transaction() as s:
-                requeued = await runs.requeue(s, run_id=run.id)
+                requeued = await run_records.requeue(s, run_id=run.id)
             if requeued is not None:
                 log.warning("run %s lost its worker before streaming: re-queued", run.id)
                 await self._bus.append(run.id, status_event(run.id, RunStatus.QUEUED))
@@ -79,28 +79,18 @@ class Sweeper:
                     await self._bus.enqueue(QueuedRun(run.id, run.priority))
             return
         text, tokens = partial or ("", 0)
-        reason = "the worker running this run stopped responding"
-        async with self._db.transaction() as s:
-            failed = await runs.finish(
-                s,
-                run_id=run.id,
-                outcome=runs.Outcome(
-                    RunStatus.FAILED,
-                    text,
-                    run.prompt_tokens,
-                    tokens,
-                    finish_reason="error",
-                    error_code="worker_lost",
-                    error_message=reason,
-                ),
-                from_status=RunStatus.RUNNING,
-                lease_expired=True,
-            )
-        if failed is not None:
+        outcome = run_records.Outcome(
+            RunStatus.FAILED,
+            text,
+            run.prompt_tokens,
+            tokens,
+            finish_reason="error",
+            error_code="worker_lost",
+            error_message="the worker running this run stopped responding",
+        )
+        guard = Guard(RunStatus.RUNNING, lease_expired=True)
+        if await self._finisher.finish(run.id, outcome, guard) is not None:
             log.warning("run %s lost its worker mid-stream: failed, partial text kept", run.id)
-            await self._budget.settle_run(failed.run, failed.reserved_tokens)
-            await self._bus.append(run.id, error_event("worker_lost", reason))
-            await self._bus.append(run.id, done_event(failed.run))
 
     async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
         """The text streamed so far and its token count; None if no delta was streamed."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -41,7 +40,3 @@ async def current_revision(db: Database) -> str | None:
 
     async with db.engine.connect() as conn:
         return await conn.run_sync(read)
-
-
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()

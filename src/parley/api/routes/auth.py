@@ -24,8 +24,8 @@ from parley.api.schemas import (
     TierOut,
     UserOut,
 )
-from parley.api.state import Services
 from parley.bus.interface import TokenBalance
+from parley.services import Services
 
 router = APIRouter(prefix="/api", tags=["accounts"])
 

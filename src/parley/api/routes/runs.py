@@ -149,7 +149,7 @@ async def run_events(
 )
 async def cancel_run(chat_id: str, run_id: str, who: PrincipalDep, svc: ServicesDep) -> RunOut:
     """Stop the run. A queued run ends at once; a running one stops within moments."""
-    return run_out(await cancelling.cancel(svc.db, svc.bus, svc.budget, who, chat_id, run_id))
+    return run_out(await cancelling.cancel(svc.db, svc.bus, svc.finisher, who, chat_id, run_id))
 
 
 def run_out(run: Run) -> RunOut:

@@ -17,7 +17,7 @@ import torch
 
 from parley.engines.builtin.core import EngineCore, EngineLoop, TokenEvent
 from parley.engines.builtin.loader import LoadedModel
-from parley.engines.builtin.model import LlamaModel, kv_bytes_per_slot
+from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
 from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
@@ -66,28 +66,16 @@ class BuiltinEngine:
             max_running=self.config.max_running,
             eos_token_ids=tuple(self.tokenizer.eos_token_ids),
         )
-        self.kv_cache_bytes = (
-            num_blocks
-            * self.config.block_size
-            * kv_bytes_per_slot(loaded.config, self.config.dtype)
-        )
         self._loop_thread = EngineLoop(self.core, self._on_events)
         self._streams: dict[str, _Stream] = {}
         self._aio: asyncio.AbstractEventLoop | None = None
         self._started = False
-
-    @property
-    def models(self) -> list[str]:
-        return [self.name]
 
     def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
         text = self.tokenizer.apply_chat_template(
             [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True
         )
         return self.tokenizer.encode(text)
-
-    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
-        return len(self.prompt_ids(messages))
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_started()

@@ -223,8 +223,3 @@ def allocate_kv_cache(
         )
         for _ in range(cfg.num_layers)
     ]
-
-
-def kv_bytes_per_slot(cfg: ModelConfig, dtype: torch.dtype) -> int:
-    element = torch.empty((), dtype=dtype).element_size()
-    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * element

@@ -1,9 +1,7 @@
-"""The worker: takes runs by priority, generates, streams deltas, honours cancel, settles.
+"""The worker: takes runs by priority, generates, streams deltas, honours cancel, ends runs.
 
-Settling writes the message and the run in one transaction that also takes the run's token
-budget reservation off its row; the reservation is settled on the bus after that commit and
-before the ``done`` event (so a client that saw ``done`` sees the settled budget). A crash
-between the commit and the bus call loses that refund (or debit): the row no longer holds it.
+A run ends through the ``Finisher`` (stored state, settled budget, terminal events), guarded
+by this worker still holding the run.
 
 One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease
 on its row, renewed while it works; the sweeper recovers runs whose lease lapses.
@@ -24,9 +22,9 @@ from parley.bus.interface import Bus, QueuedRun
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, FinishReason, GenerationRequest
-from parley.qos.budget import Budget
-from parley.runs.events import delta_event, done_event, error_event, status_event
-from parley.store import runs
+from parley.runs.events import delta_event, status_event
+from parley.runs.finisher import Finisher, Guard
+from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Message, Run
 
@@ -49,6 +47,7 @@ class Worker:
         db: Database,
         bus: Bus,
         engine: Engine,
+        finisher: Finisher,
         settings: Settings,
         *,
         concurrency: int,
@@ -58,7 +57,7 @@ class Worker:
         self._bus = bus
         self._engine = engine
         self._settings = settings
-        self._budget = Budget(bus, settings)
+        self._finisher = finisher
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
@@ -114,10 +113,10 @@ class Worker:
     async def _execute(self, item: QueuedRun) -> None:
         try:
             async with self._db.transaction() as s:
-                run = await runs.claim(
+                run = await run_records.claim(
                     s, run_id=item.run_id, worker_id=self.worker_id, lease=self.lease
                 )
-                history = await runs.history(s, run) if run else []
+                history = await run_records.history(s, run) if run else []
             if run is not None:
                 await self._generate(run, history)
         except asyncio.CancelledError:
@@ -192,7 +191,9 @@ class Worker:
                 continue
             try:
                 async with self._db.transaction() as s:
-                    held = await runs.renew_leases(s, worker_id=self.worker_id, lease=self.lease)
+                    held = await run_records.renew_leases(
+                        s, worker_id=self.worker_id, lease=self.lease
+                    )
             except Exception:
                 log.exception("lease renewal failed; retrying")
                 continue
@@ -211,21 +212,9 @@ class Worker:
         else:
             status, code, message = RunStatus.COMPLETED, None, None
             finish = (progress.finish or FinishReason.STOP).value
-        outcome = runs.Outcome(
+        outcome = run_records.Outcome(
             status, text, progress.prompt_tokens, progress.tokens, finish, code, message
         )
-        async with self._db.transaction() as s:
-            ended = await runs.finish(
-                s,
-                run_id=run.id,
-                outcome=outcome,
-                from_status=RunStatus.RUNNING,
-                worker_id=self.worker_id,
-            )
-        if ended is None:
+        guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
+        if await self._finisher.finish(run.id, outcome, guard) is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
-            return
-        await self._budget.settle_run(ended.run, ended.reserved_tokens)
-        if code is not None and message is not None:
-            await self._bus.append(run.id, error_event(code, message))
-        await self._bus.append(run.id, done_event(ended.run))

@@ -1,4 +1,10 @@
-"""What the app is built from: the settings and the services, made by the caller."""
+"""The composition root: the services one process needs, built from its settings.
+
+Every process is assembled here (``parley serve``, ``parley api``, ``parley worker``, the
+CLI's commands and the test fixtures), so a service is constructed in one place: the HTTP
+app receives a ``Services`` and never builds one. Importing this module imports neither
+the HTTP layer nor an engine (engines are built on demand, for processes with a worker).
+"""
 
 from __future__ import annotations
 
@@ -15,11 +21,12 @@ from parley.config import Settings
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
 from parley.qos.budget import Budget
+from parley.runs.finisher import Finisher
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
+from parley.runs.worker import Worker
 from parley.store.database import Database
-from parley.worker import Worker
 
 
 @dataclass(slots=True)
@@ -28,6 +35,7 @@ class Services:
     db: Database
     bus: Bus
     budget: Budget
+    finisher: Finisher
     accounts: Accounts
     submitter: Submitter
     relay: Relay
@@ -58,18 +66,25 @@ class Services:
         await self.db.dispose()
 
 
-def build_bus(settings: Settings) -> Bus:
-    limits = BusLimits(
+def bus_limits(settings: Settings) -> BusLimits:
+    return BusLimits(
         queue_max=settings.queue_max,
         stream_maxlen=settings.stream_maxlen,
         stream_ttl_seconds=settings.stream_ttl_seconds,
         cancel_ttl_seconds=settings.stream_ttl_seconds,
     )
-    if settings.redis_url:
+
+
+def build_bus(
+    settings: Settings, *, redis_url: str | None = None, namespace: str | None = None
+) -> Bus:
+    """The bus the settings name: Redis (``redis_url``, or the settings' own), else in-process."""
+    url = redis_url or settings.redis_url
+    if url:
         from parley.bus.redis import RedisBus
 
-        return RedisBus(settings.redis_url, limits, namespace=settings.redis_namespace)
-    return MemoryBus(limits)
+        return RedisBus(url, bus_limits(settings), namespace=namespace or settings.redis_namespace)
+    return MemoryBus(bus_limits(settings))
 
 
 def build_services(
@@ -89,19 +104,24 @@ def build_services(
         max_delay=settings.login_max_delay_seconds,
     )
     models = configured_models(settings)
+    budget = Budget(bus, settings)
+    finisher = Finisher(db, bus, budget)
     services = Services(
         settings=settings,
         db=db,
         bus=bus,
-        budget=Budget(bus, settings),
+        budget=budget,
+        finisher=finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), throttle),
-        submitter=Submitter(db, bus, settings, models),
+        submitter=Submitter(db, bus, budget, settings, models),
         relay=Relay(db, bus, settings),
-        sweeper=Sweeper(db, bus, settings),
+        sweeper=Sweeper(db, bus, finisher, settings),
         models=models,
     )
     if worker:
         services.engine = engine or build_engine(settings)
         concurrency = settings.worker_concurrency or engine_slots(settings)
-        services.worker = Worker(db, bus, services.engine, settings, concurrency=concurrency)
+        services.worker = Worker(
+            db, bus, services.engine, finisher, settings, concurrency=concurrency
+        )
     return services

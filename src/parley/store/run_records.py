@@ -48,27 +48,8 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     """The user message, the assistant placeholder and the queued run, in the caller's tx."""
     now = utcnow()
     run_id = new_id("run")
-
-    async def message(role: MessageRole, content: str, status: MessageStatus) -> Message:
-        model = new.model if role is MessageRole.ASSISTANT else None
-        return await chats.add_message(
-            s,
-            Message(
-                id=chats.new_message_id(),
-                user_id=new.user_id,
-                chat_id=new.chat_id,
-                role=role,
-                content=content,
-                status=status,
-                run_id=run_id,
-                model=model,
-                created_at=now,
-                updated_at=now,
-            ),
-        )
-
-    user_msg = await message(MessageRole.USER, new.content, MessageStatus.COMPLETED)
-    assistant = await message(MessageRole.ASSISTANT, "", MessageStatus.IN_PROGRESS)
+    user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
+    assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
     run = Run(
         id=run_id,
         user_id=new.user_id,
@@ -95,16 +76,33 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     return run
 
 
+async def _add_message(
+    s: AsyncSession, new: NewRun, run_id: str, role: MessageRole, now: datetime
+) -> Message:
+    """The run's user message (its content, completed) or its assistant placeholder."""
+    user = role is MessageRole.USER
+    return await chats.add_message(
+        s,
+        Message(
+            id=chats.new_message_id(),
+            user_id=new.user_id,
+            chat_id=new.chat_id,
+            role=role,
+            content=new.content if user else "",
+            status=MessageStatus.COMPLETED if user else MessageStatus.IN_PROGRESS,
+            run_id=run_id,
+            model=None if user else new.model,
+            created_at=now,
+            updated_at=now,
+        ),
+    )
+
+
 async def get_run(s: AsyncSession, *, user_id: str, run_id: str) -> Run:
     run = await s.scalar(select(Run).where(Run.user_id == user_id, Run.id == run_id))
     if run is None:
         raise run_not_found(run_id)
     return run
-
-
-async def get_run_any_user(s: AsyncSession, run_id: str) -> Run | None:
-    """For workers and sweepers, which act for every user."""
-    return await s.get(Run, run_id)
 
 
 async def find_by_idempotency_key(
@@ -257,20 +255,7 @@ async def finish(
         conditions.append(Run.worker_id == worker_id)
     if lease_expired:
         conditions.append(Run.lease_expires_at < now)
-    result = await s.execute(
-        update(Run)
-        .where(*conditions)
-        .values(
-            status=outcome.status,
-            prompt_tokens=outcome.prompt_tokens,
-            completion_tokens=outcome.completion_tokens,
-            finish_reason=outcome.finish_reason,
-            error_code=outcome.error_code,
-            error_message=outcome.error_message,
-            lease_expires_at=None,
-            finished_at=now,
-        )
-    )
+    result = await s.execute(update(Run).where(*conditions).values(_ended(outcome, now)))
     if not getattr(result, "rowcount", 0):
         return None
     run = await s.scalar(
@@ -287,8 +272,21 @@ async def finish(
             updated_at=now,
         )
     )
-    reserved = await take_reservation(s, run_id=run_id)
-    return Finished(run, reserved)
+    return Finished(run, await take_reservation(s, run_id=run_id))
+
+
+def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
+    """The run's columns once it ended with ``outcome``."""
+    return {
+        "status": outcome.status,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "finish_reason": outcome.finish_reason,
+        "error_code": outcome.error_code,
+        "error_message": outcome.error_message,
+        "lease_expires_at": None,
+        "finished_at": now,
+    }
 
 
 async def requeue(s: AsyncSession, *, run_id: str) -> Run | None:

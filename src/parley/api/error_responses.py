@@ -1,4 +1,9 @@
-"""The one place errors become HTTP: the JSON error shape and its status codes."""
+"""The one place errors become HTTP: the JSON error shape and its status codes.
+
+Every error body is made from an error of the tree (``parley.errors``): the tree's own
+errors, FastAPI's validation errors, Starlette's HTTP errors (404 for an unknown path, 405,
+...), the body limit's 413 and unexpected exceptions (500) are all turned into one first.
+"""
 
 from __future__ import annotations
 
@@ -13,48 +18,51 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from parley.errors import ParleyError, Unauthenticated
+from parley.errors import (
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    ParleyError,
+    PayloadTooLarge,
+    PermissionDenied,
+    Unauthenticated,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 
 log = logging.getLogger(__name__)
 
-_HTTP_CODES = {
-    400: ("invalid_request_error", "bad_request"),
-    401: ("authentication_error", "unauthenticated"),
-    403: ("permission_error", "forbidden"),
-    404: ("not_found_error", "not_found"),
-    405: ("invalid_request_error", "method_not_allowed"),
-    413: ("invalid_request_error", "payload_too_large"),
-    415: ("invalid_request_error", "unsupported_media_type"),
+_HTTP_ERRORS: dict[int, tuple[type[ParleyError], str | None]] = {
+    400: (InvalidRequest, "bad_request"),
+    401: (Unauthenticated, "unauthenticated"),
+    403: (PermissionDenied, None),
+    404: (NotFound, None),
+    405: (MethodNotAllowed, None),
+    413: (PayloadTooLarge, None),
+    415: (UnsupportedMediaType, None),
 }
 
 
-def error_response(
-    status: int,
-    *,
-    type: str,
-    code: str,
-    message: str,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body = {"error": {"type": type, "code": code, "message": message, "param": param}}
-    return JSONResponse(body, status_code=status, headers=headers)
+def error_body(exc: ParleyError) -> dict[str, Any]:
+    """The JSON body of an error of the tree."""
+    return {
+        "error": {"type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param}
+    }
 
 
-def parley_error_response(exc: ParleyError) -> JSONResponse:
+def error_headers(exc: ParleyError) -> dict[str, str]:
+    """The headers an error of the tree answers with (Retry-After, WWW-Authenticate, ...)."""
     headers = dict(exc.headers)
     if exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     if isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer realm="parley"'
-    return error_response(
-        exc.status_code,
-        type=exc.type,
-        code=exc.code,
-        message=exc.message,
-        param=exc.param,
-        headers=headers or None,
-    )
+    return headers
+
+
+def parley_error_response(exc: ParleyError) -> JSONResponse:
+    headers = error_headers(exc)
+    return JSONResponse(error_body(exc), status_code=exc.status_code, headers=headers or None)
 
 
 async def _on_parley_error(_: Request, exc: Exception) -> JSONResponse:
@@ -64,35 +72,31 @@ async def _on_parley_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors: Sequence[dict[str, Any]] = exc.errors()
+    return parley_error_response(_validation_error(exc.errors()))
+
+
+def _validation_error(errors: Sequence[dict[str, Any]]) -> ParleyError:
     first: dict[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    param = _param(first.get("loc", ()))
     if first.get("type") == "json_invalid":
-        return error_response(
-            400,
-            type="invalid_request_error",
-            code="invalid_json",
-            message=f"the body is not valid JSON: {(first.get('ctx') or {}).get('error', '')}",
-        )
+        reason = (first.get("ctx") or {}).get("error", "")
+        return InvalidRequest(f"the body is not valid JSON: {reason}", code="invalid_json")
     message = "; ".join(f"{_param(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors)
-    return error_response(
-        422, type="invalid_request_error", code="validation_error", message=message, param=param
-    )
+    return ValidationFailed(message, param=_param(first.get("loc", ())))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    type_, code = _HTTP_CODES.get(exc.status_code, ("invalid_request_error", "http_error"))
     headers = dict(exc.headers) if exc.headers else {}
     if exc.status_code == 405:
         headers["Allow"] = ", ".join(_allowed_methods(request))
-    return error_response(
-        exc.status_code,
-        type=type_,
-        code=code,
-        message=str(exc.detail),
-        headers=headers or None,
-    )
+    return parley_error_response(_http_error(exc.status_code, str(exc.detail), headers))
+
+
+def _http_error(status: int, message: str, headers: dict[str, str]) -> ParleyError:
+    kind, code = _HTTP_ERRORS.get(status, (InvalidRequest, "http_error"))
+    error = kind(message, code=code, headers=headers)
+    error.status_code = status
+    return error
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -110,9 +114,7 @@ _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return error_response(
-        500, type="server_error", code="internal_error", message="internal server error"
-    )
+    return parley_error_response(ParleyError("internal server error"))
 
 
 def _param(loc: Sequence[Any]) -> str | None:

@@ -1,0 +1,90 @@
+"""The one door every run ends through, whatever the outcome.
+
+Ending a run is four steps, in this order:
+
+1. the stored state: the run and its assistant message reach their terminal state in one
+   transaction, guarded by the state the caller saw (``Guard``), which also takes the run's
+   budget reservation off its row;
+2. the budget: that reservation is settled to the tokens the run used;
+3. the stream: an ``error`` event (if the outcome carries one), then ``done``;
+4. the hooks: each listener hears of the ended run (metrics).
+
+It is idempotent: a run that someone else already ended (the guard no longer holds) is left
+alone, and ``finish`` answers None. Whoever's guarded update wins settles the reservation,
+so it is settled exactly once. A crash between the commit and the settle loses that refund.
+
+The worker (completed, cancelled, failed), the sweeper (a lost worker) and cancel (a queued
+run) end runs here; new ways for a run to end (shedding, moderation, upstream failures) come
+through this door too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from parley.bus.interface import Bus
+from parley.domain import RunStatus
+from parley.qos.budget import Budget
+from parley.runs.events import done_event, error_event
+from parley.store import run_records
+from parley.store.database import Database
+from parley.store.run_records import Outcome
+from parley.store.schema import Run
+
+log = logging.getLogger(__name__)
+
+EndListener = Callable[[Run], None]
+"""Told of every run that ended here, after its ``done`` event (e.g. to count it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What must still hold for the caller to end the run: the state it saw, and for a
+    worker that it still holds the run, or for the sweeper that the lease has lapsed."""
+
+    from_status: RunStatus
+    worker_id: str | None = None
+    lease_expired: bool = False
+
+
+class Finisher:
+    def __init__(
+        self, db: Database, bus: Bus, budget: Budget, listeners: Sequence[EndListener] = ()
+    ) -> None:
+        self._db = db
+        self._bus = bus
+        self._budget = budget
+        self._listeners = list(listeners)
+
+    def listen(self, listener: EndListener) -> None:
+        self._listeners.append(listener)
+
+    async def finish(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        """End the run with ``outcome`` if ``guard`` still holds; the ended run, or None if
+        it was ended (or moved on) elsewhere."""
+        async with self._db.transaction() as s:
+            ended = await run_records.finish(
+                s,
+                run_id=run_id,
+                outcome=outcome,
+                from_status=guard.from_status,
+                worker_id=guard.worker_id,
+                lease_expired=guard.lease_expired,
+            )
+        if ended is None:
+            return None
+        await self._budget.settle_run(ended.run, ended.reserved_tokens)
+        if outcome.error_code is not None and outcome.error_message is not None:
+            await self._bus.append(run_id, error_event(outcome.error_code, outcome.error_message))
+        await self._bus.append(run_id, done_event(ended.run))
+        self._tell(ended.run)
+        return ended.run
+
+    def _tell(self, run: Run) -> None:
+        for listener in self._listeners:
+            try:
+                listener(run)
+            except Exception:
+                log.exception("a run-end listener failed on run %s", run.id)
