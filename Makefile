@@ -34,6 +34,7 @@ test: lint typecheck fuzz pytest
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(PY) scripts/shape.py src/parley
 
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy

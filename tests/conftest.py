@@ -3,84 +3,61 @@
 Postgres is reached at PARLEY_TEST_POSTGRES_URL (default: the local server's
 ``test`` database). Its schema is rebuilt from the migrations once per run and
 emptied between tests. Set PARLEY_TEST_BACKENDS=sqlite to skip Postgres
-locally; CI runs both.
+locally; CI runs both. The databases, buses and services are made by ``tests.builders``.
+
+Two shapes of the service are on offer:
+
+* ``settings`` / ``services`` / ``client``: the HTTP app over ``httpx.ASGITransport``, one
+  per database backend, no worker (a run stays queued);
+* ``run_settings`` / ``run_services`` / ``run_client``: the two real shapes of a deployment,
+  SQLite with the in-process bus and Postgres with Redis, with a worker on the fast fake
+  engine, served by a real uvicorn server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
+import uvicorn
 
-from parley.accounts.passwords import Passwords
 from parley.api.app import create_app
-from parley.api.state import Services, build_services
 from parley.config import Settings, load_settings
-from parley.store.database import Database
-from parley.store.migrate import upgrade
-
-POSTGRES_URL = os.environ.get(
-    "PARLEY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+from parley.services import Services, bus_limits
+from tests.builders import (
+    BACKENDS,
+    POSTGRES_URL,
+    make_bus,
+    migrate,
+    reset_postgres,
+    services_for,
+    sqlite_url,
+    truncate,
 )
-BACKENDS = os.environ.get("PARLEY_TEST_BACKENDS", "sqlite,postgres").split(",")
-TABLES = ("runs", "messages", "chats", "api_keys", "sessions", "users")
 
-
-def fast_passwords() -> Passwords:
-    """Argon2id with tiny costs: the OWASP parameters are tested on their own."""
-    return Passwords(time_cost=1, memory_kib=64, parallelism=1)
-
-
-async def _reset_postgres() -> None:
-    db = Database(POSTGRES_URL)
-    try:
-        async with db.engine.begin() as conn:
-            await conn.execute(text("DROP SCHEMA public CASCADE"))
-            await conn.execute(text("CREATE SCHEMA public"))
-        await upgrade(db)
-    finally:
-        await db.dispose()
+STACKS = [s for s in ("sqlite-memory", "postgres-redis") if s.split("-")[0] in BACKENDS]
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    asyncio.run(_reset_postgres())
+    asyncio.run(reset_postgres(POSTGRES_URL))
     yield POSTGRES_URL
-
-
-async def _truncate(url: str) -> None:
-    db = Database(url)
-    try:
-        async with db.engine.begin() as conn:
-            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
-    finally:
-        await db.dispose()
 
 
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database of each backend."""
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'parley.db'}"
-        asyncio.run(_migrate(url))
+        url = sqlite_url(tmp_path)
+        asyncio.run(migrate(url))
         return url
     url = str(request.getfixturevalue("postgres_url"))
-    asyncio.run(_truncate(url))
+    asyncio.run(truncate(url))
     return url
-
-
-async def _migrate(url: str) -> None:
-    db = Database(url)
-    try:
-        await upgrade(db)
-    finally:
-        await db.dispose()
 
 
 @pytest.fixture
@@ -103,7 +80,7 @@ def settings(database_url: str, tmp_path: Path, settings_overrides: dict[str, An
 
 @pytest.fixture
 async def services(settings: Settings) -> AsyncIterator[Services]:
-    svc = build_services(settings, passwords=fast_passwords())
+    svc = services_for(settings)
     yield svc
     await svc.close()
 
@@ -114,3 +91,71 @@ async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
     async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as c:
         yield c
+
+
+@pytest.fixture(params=STACKS)
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(database url, bus kind) of a migrated, empty store."""
+    if request.param == "sqlite-memory":
+        url = sqlite_url(tmp_path)
+        asyncio.run(migrate(url))
+        return url, "memory"
+    url = str(request.getfixturevalue("postgres_url"))
+    asyncio.run(truncate(url))
+    return url, "redis"
+
+
+@pytest.fixture
+def run_overrides() -> dict[str, Any]:
+    """Override (or parametrize) in a test module to change the run stack's settings."""
+    return {}
+
+
+@pytest.fixture
+def run_settings(stack: tuple[str, str], tmp_path: Path, run_overrides: dict[str, Any]) -> Settings:
+    url, _ = stack
+    base: dict[str, Any] = {
+        "database_url": url,
+        "data_dir": tmp_path,
+        "engine": "fake",
+        "fake_engine": {
+            "time_to_first_token_ms": 5,
+            "inter_token_latency_ms": 2,
+            "output_tokens": 24,
+            "slots": 4,
+        },
+        "lease_seconds": 2,
+        "sweep_interval_seconds": 0.3,
+        "ping_interval_seconds": 1,
+    }
+    merged = {**base, **run_overrides}
+    if "fake_engine" in run_overrides:
+        merged["fake_engine"] = {**base["fake_engine"], **run_overrides["fake_engine"]}
+    return load_settings(**merged)
+
+
+@pytest.fixture
+async def run_services(stack: tuple[str, str], run_settings: Settings) -> AsyncIterator[Services]:
+    bus = await make_bus(stack[1], bus_limits(run_settings))
+    svc = services_for(run_settings, bus=bus, worker=True)
+    await svc.start()
+    yield svc
+    await svc.close(grace=1)
+
+
+@pytest.fixture
+async def run_client(run_services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a real HTTP server (uvicorn, in this event loop): streams really stream
+    and a client that stops reading really disconnects, as they would not over ASGITransport."""
+    app = create_app(run_services, close_services=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "uvicorn did not start"
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        yield c
+    server.should_exit = True
+    await task

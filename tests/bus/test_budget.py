@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from parley.bus.interface import Bus, BusLimits, TokenBucket
-from tests.bus.conftest import REDIS_URL, make_bus
+from tests.builders import REDIS_URL, make_bus
 
 # refills so slowly (1 token a minute) that a test never sees it, unless it wants to
 STILL = TokenBucket(capacity=1000, per_minute=1)

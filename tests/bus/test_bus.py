@@ -14,9 +14,10 @@ from parley.bus.interface import (
     QueuedRun,
     QueueFull,
     RunEvent,
+    StaleAttempt,
     valid_entry_id,
 )
-from tests.bus.conftest import make_bus
+from tests.builders import make_bus
 
 
 async def test_queue_orders_by_priority_then_age(bus: Bus) -> None:
@@ -44,6 +45,44 @@ async def test_queue_is_bounded_and_idempotent_per_run(bus: Bus) -> None:
     while (item := await bus.dequeue(timeout=0.05)) is not None:
         seen.append(item.run_id)
     assert seen == [f"r{i}" for i in range(5)]
+
+
+async def test_queue_length_counts_queued_runs_of_every_priority(bus: Bus) -> None:
+    assert await bus.queue_length() == 0
+    await bus.enqueue(QueuedRun("a", priority=0))
+    await bus.enqueue(QueuedRun("b", priority=3))
+    await bus.enqueue(QueuedRun("c", priority=1))
+    assert await bus.queue_length() == 3
+    await bus.enqueue(QueuedRun("b", priority=3))  # already queued: counted once
+    await bus.enqueue(QueuedRun("a", priority=2))  # ... whatever the priority
+    assert await bus.queue_length() == 3
+    got = await bus.dequeue(timeout=1)
+    assert got is not None
+    assert got.run_id == "b"
+    assert await bus.queue_length() == 2
+    assert await bus.remove("a") is True
+    assert await bus.queue_length() == 1
+    assert await bus.remove("a") is False
+    assert await bus.queue_length() == 1
+    for i in range(4):
+        await bus.enqueue(QueuedRun(f"r{i}", priority=i))
+    assert await bus.queue_length() == 5
+    with pytest.raises(QueueFull):
+        await bus.enqueue(QueuedRun("r5"))
+    assert await bus.queue_length() == 5
+    while await bus.dequeue(timeout=0.05) is not None:
+        pass
+    assert await bus.queue_length() == 0
+
+
+async def test_queue_depth_counts_the_lowest_and_highest_priorities(bus: Bus) -> None:
+    for run_id, priority in [("a", 0), ("b", 1000), ("c", 999), ("d", 1), ("e", 0)]:
+        await bus.enqueue(QueuedRun(run_id, priority=priority))
+    assert await bus.queue_depth() == {1000: 1, 999: 1, 1: 1, 0: 2}
+    assert await bus.remove("b") is True
+    assert await bus.remove("d") is True
+    assert await bus.queue_depth() == {999: 1, 0: 2}
+    assert await bus.queue_length() == 3
 
 
 async def test_dequeue_waits_for_work_and_remove_takes_runs_out(bus: Bus) -> None:
@@ -183,3 +222,41 @@ async def test_blocking_waits_longer_than_five_seconds_do_not_fail(bus: Bus) -> 
     results = await asyncio.gather(bus.wait_cancel("slow", timeout=6), bus.dequeue(timeout=6))
     assert list(results) == [False, None]
     assert time.monotonic() - start >= 5.9
+
+
+async def test_a_run_queued_again_after_removal_goes_to_the_back(bus: Bus) -> None:
+    await bus.enqueue(QueuedRun("a", priority=0))
+    await bus.enqueue(QueuedRun("b", priority=5))
+    assert await bus.remove("b")
+    await bus.enqueue(QueuedRun("b", priority=0))
+    got = [await bus.dequeue(timeout=1) for _ in range(2)]
+    assert [(g.run_id, g.priority) for g in got if g] == [("a", 0), ("b", 0)]
+    assert await bus.dequeue(timeout=0) is None
+
+
+async def test_dequeue_without_waiting_takes_a_queued_run(bus: Bus) -> None:
+    await bus.enqueue(QueuedRun("a", priority=3))
+    assert await bus.dequeue(timeout=0) == QueuedRun("a", 3)
+    assert await bus.dequeue(timeout=0) is None
+
+
+async def test_appends_of_a_fenced_out_attempt_are_refused(bus: Bus) -> None:
+    async def texts() -> list[str]:
+        return [e.event.data["t"] for e in await bus.read("r1", None, timeout=0)]
+
+    await bus.append("r1", RunEvent(EventKind.STATUS, {"t": "unfenced"}))
+    await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "first 1"}), fence=1)
+    await bus.raise_fence("r1", 2)  # the sweeper took attempt 1 back
+    with pytest.raises(StaleAttempt):
+        await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "late 1"}), fence=1)
+    await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "second 2"}), fence=2)
+    await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "third 3"}), fence=3)  # raises it
+    with pytest.raises(StaleAttempt):
+        await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "late 2"}), fence=2)
+    await bus.raise_fence("r1", 1)  # never lowered
+    with pytest.raises(StaleAttempt):
+        await bus.append("r1", RunEvent(EventKind.DELTA, {"t": "late 2 again"}), fence=2)
+    await bus.append("r1", RunEvent(EventKind.DONE, {"t": "done"}))  # unfenced: taken
+    assert await texts() == ["unfenced", "first 1", "second 2", "third 3", "done"]
+    # fences are per run
+    await bus.append("r2", RunEvent(EventKind.DELTA, {"t": "other 1"}), fence=1)

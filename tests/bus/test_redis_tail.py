@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from parley.bus.interface import BusLimits, EventKind, RunEvent, StreamEntry
-from tests.bus.conftest import BUS_BACKENDS, REDIS_URL, make_bus
+from tests.builders import BUS_BACKENDS, REDIS_URL, make_bus
 
 pytestmark = pytest.mark.skipif("redis" not in BUS_BACKENDS, reason="needs the Redis bus")
 
@@ -189,7 +189,7 @@ async def test_an_unblock_that_beats_the_tails_xread_is_retried(
 
 
 async def test_resuming_from_before_the_cache_gives_exactly_the_rest() -> None:
-    from parley.bus.redis import _CACHE_SIZE
+    from parley.bus.redis.tail import _CACHE_SIZE
 
     total = 3 * _CACHE_SIZE
     bus = await make_bus("redis", LIMITS)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from parley.engines.builtin.config import ModelConfig
 from parley.engines.builtin.model import LlamaModel
@@ -40,3 +46,57 @@ def tiny_model(seed: int = 0) -> LlamaModel:
     model = LlamaModel(TINY)
     model.load_weights(tiny_weights(seed))
     return model.eval()
+
+
+# -- a tiny chat model in a Hugging Face folder (for whole-service tests of the engine) ------
+
+CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TINY_CHAT = replace(TINY, vocab_size=256 + len(CHAT_SPECIALS), eos_token_ids=(258,))
+
+
+def save_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
+    """A random-weight Llama with a byte-level tokenizer (one token per byte, no merges) and
+    a ChatML template, saved as a Hugging Face folder the built-in engine loads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(list(CHAT_SPECIALS))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE})
+    )
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 258}))
+    (folder / "config.json").write_text(json.dumps(_hf_config(TINY_CHAT)))
+    torch.manual_seed(seed)
+    model = LlamaModel(TINY_CHAT)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors"
+    )
+    return folder
+
+
+def _hf_config(c: ModelConfig) -> dict[str, object]:
+    return {
+        "model_type": "llama",
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "rope_theta": c.rope_theta,
+        "rms_norm_eps": c.rms_norm_eps,
+        "max_position_embeddings": c.max_position_embeddings,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "eos_token_id": list(c.eos_token_ids),
+    }

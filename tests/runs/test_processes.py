@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+import redis
 
-from tests.bus.conftest import REDIS_URL
-from tests.conftest import BACKENDS, _truncate
+from tests.builders import BACKENDS, REDIS_URL, truncate
 from tests.processes import Parley, free_port
 from tests.sse import Event, events, text_of
+from tests.waiting import eventually
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,7 +50,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    asyncio.run(_truncate(postgres_url))
+    asyncio.run(truncate(postgres_url))
     env = {
         "PARLEY_DATABASE_URL": postgres_url,
         "PARLEY_REDIS_URL": REDIS_URL,
@@ -216,3 +219,61 @@ async def test_sigkill_before_the_first_token_requeues_and_another_worker_finish
     assert run["status"] == "completed"
     message = await _message(base, auth, chat_id, run["message_id"])
     assert message["content"] == text_of(evs)
+
+
+async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_its_stream(
+    cluster: Cluster,
+) -> None:
+    """SIGSTOP a worker past its lease before its first token: the sweeper re-queues the
+    run and another worker answers it. When the first worker wakes (SIGCONT) mid-answer,
+    the stream's fence refuses its appends: the text a client reads from the start is the
+    stored message, and the stream holds one ``done``."""
+    _, base = cluster.api()
+    stale = cluster.worker(PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="1500")
+    auth = await _login(base)
+    chat_id = await _chat(base, auth)
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.post(
+            f"/api/chats/{chat_id}/messages",
+            json={"content": "hi"},
+            headers={**auth, "Accept": "application/json"},
+        )
+        run_id = r.json()["run_id"]
+
+    async def running() -> bool:
+        return bool((await _run(base, auth, run_id))["status"] == "running")
+
+    await eventually(running, "the first worker to claim the run", timeout=15)
+    stale.proc.send_signal(signal.SIGSTOP)
+    try:
+        cluster.worker()  # the sweeper re-queues the run once the lease lapses; this one takes it
+        seen: list[Event] = []
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=60) as c,
+            c.stream("GET", f"/api/runs/{run_id}/events", headers=auth) as r,
+        ):
+            async for ev in events(r):
+                seen.append(ev)
+                if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
+                    stale.proc.send_signal(signal.SIGCONT)  # wakes mid-answer
+                if ev.event == "done":
+                    break
+    finally:
+        stale.proc.send_signal(signal.SIGCONT)
+    stale.wait_log("lease lost")  # it woke, and tried to go on
+    statuses = [e.data["status"] for e in seen if e.event == "status"]
+    assert statuses == ["queued", "running", "queued", "running"]
+    assert seen[-1].data["status"] == "completed"
+    message = await _message(base, auth, chat_id, seen[-1].data["message_id"])
+    assert text_of(seen) == message["content"]
+    # the whole stream, as Redis holds it: one done, and nothing from the stale attempt
+    key = f"{cluster.env['PARLEY_REDIS_NAMESPACE']}:run:{{{run_id}}}:events"
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        entries = cast(list[tuple[str, dict[str, str]]], client.xrange(key))
+    finally:
+        client.close()
+    kinds = [fields["k"] for _, fields in entries]
+    assert kinds.count("done") == 1
+    deltas = [json.loads(fields["d"])["text"] for _, fields in entries if fields["k"] == "delta"]
+    assert "".join(deltas) == message["content"]

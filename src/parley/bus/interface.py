@@ -89,6 +89,10 @@ class QueueFull(Unavailable):
     code = "queue_full"
 
 
+class StaleAttempt(Exception):
+    """An append fenced with an attempt older than the run's stream accepts now."""
+
+
 class Bus(Protocol):
     """Everything processes tell each other about runs. All methods are coroutine-safe."""
 
@@ -109,13 +113,24 @@ class Bus(Protocol):
     async def remove(self, run_id: str) -> bool:
         """Take a run out of the queue; False if it was not queued."""
 
+    async def queue_length(self) -> int:
+        """Queued runs, all priorities; O(1)."""
+
     async def queue_depth(self) -> dict[int, int]:
-        """Queued runs by priority."""
+        """Queued runs by priority (for metrics; ``queue_length`` is cheaper for a total)."""
 
     # -- per-run event streams --------------------------------------------------------------
 
-    async def append(self, run_id: str, event: RunEvent) -> str:
-        """Append an event; returns its id. The stream expires stream_ttl after its last event."""
+    async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
+        """Append an event; returns its id. The stream expires stream_ttl after its last event.
+
+        ``fence``: the attempt of the run the appender works for (a fencing token). An
+        append fenced below the stream's fence raises StaleAttempt and appends nothing; one
+        fenced above it raises the fence to it. Unfenced appends are always taken.
+        """
+
+    async def raise_fence(self, run_id: str, fence: int) -> None:
+        """Refuse appends fenced below ``fence`` from now on (a no-op if it is that high)."""
 
     async def read(
         self, run_id: str, after: str | None, *, timeout: float, count: int = 512

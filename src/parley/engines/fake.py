@@ -4,7 +4,8 @@ The workhorse of tests and load benchmarks. Output depends only on the request's
 messages (and max_tokens), so a test can predict it: pseudo-random words seeded by the
 messages, or, when the newest message starts with ``/echo ``, the rest of that message
 word by word (how browser tests make the "model" say markdown or markup). A slot is held
-from the start of a stream until it ends, is aborted, or its iterator is closed.
+from the start of a stream until it ends, is aborted, or its iterator is closed. Like every
+engine, an aborted stream ends with a delta whose finish reason is ``abort``.
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ class FakeEngine:
     def busy_slots(self) -> int:
         return len(self._active)
 
-    @staticmethod
-    def _prompt_tokens(messages: list[ChatMessage]) -> int:
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return sum(len(m.content.split()) + 4 for m in messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
@@ -81,11 +81,13 @@ class FakeEngine:
         try:
             full = _answer_length(request.messages, self.config)
             tokens = fake_text(request.messages, min(full, request.max_tokens))
-            prompt = self._prompt_tokens(request.messages)
+            prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
+                yield Delta("", 0, FinishReason.ABORT, prompt)
                 return
             for i, token in enumerate(tokens):
                 if i and await _sleep_unless(aborted, self.config.inter_token_latency):
+                    yield Delta("", 0, FinishReason.ABORT)
                     return
                 last = i == len(tokens) - 1
                 finish = None

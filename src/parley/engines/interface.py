@@ -1,4 +1,9 @@
-"""The engine contract: stream a chat request as deltas with token counts; abort."""
+"""The engine contract: stream a chat request as deltas with token counts; abort.
+
+A stream ends with one delta that carries a ``finish_reason``: ``stop`` or ``length`` when
+the model finished, ``abort`` when ``abort(request_id)`` (or the engine itself) stopped it.
+A request the engine cannot serve at all raises an ``EngineError`` from the stream.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +48,22 @@ class Delta:
     prompt_tokens: int | None = None
 
 
+class EngineError(Exception):
+    """The engine could not serve the request; ``code`` names why (for the run's error)."""
+
+    code = "engine_error"
+
+
+class ContextLengthExceeded(EngineError):
+    """The prompt does not fit in what the engine can hold."""
+
+    code = "context_length_exceeded"
+
+
 class Engine(Protocol):
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        """The prompt's length in the model's tokens (chat template included)."""
+
     def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         """Generate; closing the iterator early aborts the request and frees its slot."""
 

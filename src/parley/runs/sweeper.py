@@ -3,8 +3,9 @@
 Runs in every process (api and worker): each step is a conditional update, so
 sweepers racing each other, or a worker, change a run at most once.
 
-- A running run whose lease lapsed: re-queued if nothing was streamed yet (up to
-  ``max_run_attempts``), otherwise ``failed`` with its partial text kept.
+- A running run whose lease lapsed: its attempt is fenced out of the stream (the bus
+  refuses that attempt's appends from then on), then it is re-queued if nothing was
+  streamed yet (up to ``max_run_attempts``), otherwise ``failed`` with its partial text.
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - Idempotency keys older than their lifetime are released.
@@ -68,6 +69,9 @@ class Sweeper:
             await run_records.forget_idempotency_keys(s, before=forget_before)
 
     async def _recover(self, run: Run) -> None:
+        # fence the lost attempt out first: from here on its worker, should it wake, can no
+        # longer append, so what the stream holds is what the decision below is made on
+        await self._bus.raise_fence(run.id, run.attempts + 1)
         partial = await self._streamed_text(run.id)
         if partial is None and run.attempts < self._settings.max_run_attempts:
             async with self._db.transaction() as s:

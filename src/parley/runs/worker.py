@@ -3,6 +3,12 @@
 A run ends through the ``Finisher`` (stored state, settled budget, terminal events), guarded
 by this worker still holding the run.
 
+Every event this worker appends for a run carries the run's attempt number as a fencing
+token: once the sweeper has taken the run back (and raised the stream's fence past this
+attempt), the bus refuses this worker's appends. A worker that wakes late (SIGSTOP, a long
+pause) therefore cannot write into a stream another attempt owns; it stops generating and
+gives up its lease at once, so the sweeper recovers the run on its next pass.
+
 One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease
 on its row, renewed while it works; the sweeper recovers runs whose lease lapses.
 Cancel is watched concurrently with generation, so a stop frees the engine slot
@@ -15,30 +21,20 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
 from datetime import timedelta
 
-from parley.bus.interface import Bus, QueuedRun
+from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
-from parley.engines.interface import ChatMessage, Engine, FinishReason, GenerationRequest
+from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
+from parley.runs.progress import Progress
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Message, Run
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Progress:
-    text: list[str] = field(default_factory=list)
-    tokens: int = 0
-    prompt_tokens: int | None = None
-    finish: FinishReason | None = None
-    cancelled: bool = False
-    lease_lost: bool = False
 
 
 class Worker:
@@ -61,7 +57,7 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
-        self._active: dict[str, _Progress] = {}
+        self._active: dict[str, Progress] = {}
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -112,13 +108,9 @@ class Worker:
 
     async def _execute(self, item: QueuedRun) -> None:
         try:
-            async with self._db.transaction() as s:
-                run = await run_records.claim(
-                    s, run_id=item.run_id, worker_id=self.worker_id, lease=self.lease
-                )
-                history = await run_records.history(s, run) if run else []
-            if run is not None:
-                await self._generate(run, history)
+            claimed = await self._claim(item.run_id)
+            if claimed is not None:
+                await self._generate(*claimed)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -126,62 +118,96 @@ class Worker:
         finally:
             self._slots.release()
 
-    async def _generate(self, run: Run, history: list[Message]) -> None:
-        await self._bus.append(run.id, status_event(run.id, RunStatus.RUNNING))
-        progress = _Progress()
-        request = GenerationRequest(
-            request_id=run.id,
-            model=run.model,
-            messages=[ChatMessage(m.role.value, m.content) for m in history],
-            max_tokens=run.max_tokens,
-            temperature=run.temperature,
-            priority=run.priority,
-        )
-        if await self._bus.cancel_requested(run.id):
-            progress.cancelled = True
-            await self._settle(run, progress)
-            return
-        watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
+    async def _claim(self, run_id: str) -> tuple[Run, GenerationRequest] | None:
+        """Take the run (None if another worker has it or it ended) with its prompt, whose
+        length is stored with it, so whoever ends the run can charge it."""
+        async with self._db.transaction() as s:
+            run = await run_records.claim(
+                s, run_id=run_id, worker_id=self.worker_id, lease=self.lease
+            )
+            if run is None:
+                return None
+            request = _request(run, await run_records.history(s, run))
+            prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
+            await run_records.set_prompt_tokens(s, run, prompt_tokens)
+        return run, request
+
+    async def _generate(self, run: Run, request: GenerationRequest) -> None:
+        progress = Progress()
         self._active[run.id] = progress
-        error: Exception | None = None
+        watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
         try:
-            await self._stream(run, request, progress)
+            if await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
+                await self._stream(run, request, progress)
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            error = e
-            log.exception("engine failed on run %s", run.id)
+            progress.error = e
+            log.warning("the engine failed on run %s: %r", run.id, e)
         finally:
             self._active.pop(run.id, None)
+            progress.over = True
             watcher.cancel()
+        try:
+            await self._end(run, progress)
+        finally:
+            # after the end, not before: redis-py can swallow a cancellation that lands as a
+            # command completes, and the watcher then runs on to its next timeout
             await asyncio.gather(watcher, return_exceptions=True)
-        if progress.lease_lost:
-            log.warning("run %s: lease lost to the sweeper; leaving it", run.id)
-            return
-        await self._settle(run, progress, error)
 
-    async def _stream(self, run: Run, request: GenerationRequest, progress: _Progress) -> None:
+    async def _end(self, run: Run, progress: Progress) -> None:
+        if progress.lease_lost:
+            await self._give_up(run)
+            return
+        guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
+        if await self._finisher.finish(run.id, progress.outcome(run.prompt_tokens), guard) is None:
+            log.warning("run %s ended elsewhere before this worker settled it", run.id)
+
+    async def _stream(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
+        if progress.cancelled or await self._bus.cancel_requested(run.id):
+            progress.cancelled = True  # stopped before the engine saw it
+            return
         stream = self._engine.stream(request)
         try:
             async for delta in stream:
-                if delta.prompt_tokens is not None:
-                    progress.prompt_tokens = delta.prompt_tokens
-                if delta.finish_reason is not None:
-                    progress.finish = delta.finish_reason
                 if delta.text or delta.tokens:
-                    progress.text.append(delta.text)
-                    progress.tokens += delta.tokens
-                    await self._bus.append(run.id, delta_event(delta.text, delta.tokens))
-                if progress.cancelled or progress.lease_lost:
+                    event = delta_event(delta.text, delta.tokens)
+                    if not await self._append(run, event, progress):
+                        break
+                progress.take(delta)
+                if progress.stopped:
                     break
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _watch_cancel(self, run_id: str, progress: _Progress) -> None:
-        while not await self._bus.wait_cancel(run_id, timeout=self._settings.lease_seconds):
-            pass
-        progress.cancelled = True
-        await self._engine.abort(run_id)
+    async def _append(self, run: Run, event: RunEvent, progress: Progress) -> bool:
+        """Append under this attempt's fence; False (and the run given up) if it is stale."""
+        try:
+            await self._bus.append(run.id, event, fence=run.attempts)
+        except StaleAttempt:
+            log.warning("run %s: attempt %d is stale; stopping", run.id, run.attempts)
+            await self._lose(run.id, progress)
+            return False
+        return True
+
+    async def _lose(self, run_id: str, progress: Progress) -> None:
+        if not progress.lease_lost:
+            progress.lease_lost = True
+            await self._engine.abort(run_id)
+
+    async def _give_up(self, run: Run) -> None:
+        """Let go of a run the sweeper is taking back: its lease lapses now."""
+        log.warning("run %s: lease lost to the sweeper; leaving it", run.id)
+        async with self._db.transaction() as s:
+            await run_records.release_lease(s, run_id=run.id, worker_id=self.worker_id)
+
+    async def _watch_cancel(self, run_id: str, progress: Progress) -> None:
+        wait = self._settings.lease_seconds
+        while not progress.over:
+            if await self._bus.wait_cancel(run_id, timeout=wait) and not progress.over:
+                progress.cancelled = True
+                await self._engine.abort(run_id)
+                return
 
     async def _keep_leases(self) -> None:
         """Renew all of this worker's leases at once, a third of a lease apart."""
@@ -198,23 +224,16 @@ class Worker:
                 log.exception("lease renewal failed; retrying")
                 continue
             for run_id, progress in list(self._active.items()):
-                if run_id not in held and not progress.lease_lost:
-                    progress.lease_lost = True
-                    await self._engine.abort(run_id)
+                if run_id not in held:
+                    await self._lose(run_id, progress)
 
-    async def _settle(self, run: Run, progress: _Progress, error: Exception | None = None) -> None:
-        text = "".join(progress.text)
-        if progress.cancelled:
-            status, finish, code, message = RunStatus.CANCELLED, "cancelled", None, None
-        elif error is not None:
-            status, finish = RunStatus.FAILED, "error"
-            code, message = "engine_error", f"the engine failed: {type(error).__name__}"
-        else:
-            status, code, message = RunStatus.COMPLETED, None, None
-            finish = (progress.finish or FinishReason.STOP).value
-        outcome = run_records.Outcome(
-            status, text, progress.prompt_tokens, progress.tokens, finish, code, message
-        )
-        guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
-        if await self._finisher.finish(run.id, outcome, guard) is None:
-            log.warning("run %s ended elsewhere before this worker settled it", run.id)
+
+def _request(run: Run, history: list[Message]) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=run.id,
+        model=run.model,
+        messages=[ChatMessage(m.role.value, m.content) for m in history],
+        max_tokens=run.max_tokens,
+        temperature=run.temperature,
+        priority=run.priority,
+    )

@@ -169,6 +169,23 @@ async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelt
     )
 
 
+async def set_prompt_tokens(s: AsyncSession, run: Run, prompt_tokens: int) -> None:
+    """The prompt's length as the engine counts it, known once the run is claimed."""
+    await s.execute(update(Run).where(Run.id == run.id).values(prompt_tokens=prompt_tokens))
+    run.prompt_tokens = prompt_tokens
+
+
+async def release_lease(s: AsyncSession, *, run_id: str, worker_id: str) -> bool:
+    """A worker lets go of a running run: its lease lapses now, and no renewal of that
+    worker's extends it again; the sweeper recovers it. False if the worker did not hold it."""
+    result = await s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.worker_id == worker_id, Run.status == RunStatus.RUNNING)
+        .values(worker_id=None, lease_expires_at=utcnow())
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 async def renew_leases(s: AsyncSession, *, worker_id: str, lease: timedelta) -> set[str]:
     """Extend every lease this worker holds, in one statement; the ids still held."""
     result = await s.execute(

@@ -20,7 +20,14 @@ from parley.engines.builtin.loader import LoadedModel
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
-from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
+from parley.engines.interface import (
+    ChatMessage,
+    ContextLengthExceeded,
+    Delta,
+    EngineError,
+    FinishReason,
+    GenerationRequest,
+)
 
 DEFAULT_TEMPERATURE = 0.7
 
@@ -40,7 +47,7 @@ class _Stream:
     seq: Sequence
     decoder: StreamDecoder
     stop: tuple[str, ...]
-    queue: asyncio.Queue[Delta] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Delta | EngineError] = field(default_factory=asyncio.Queue)
     held: str = ""  # decoded text not yet sent: it may begin a stop string
     sent_prompt_tokens: bool = False
     done: bool = False
@@ -77,6 +84,9 @@ class BuiltinEngine:
         )
         return self.tokenizer.encode(text)
 
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        return len(self.prompt_ids(messages))
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_started()
         temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
@@ -98,6 +108,8 @@ class BuiltinEngine:
         try:
             while True:
                 delta = await state.queue.get()
+                if isinstance(delta, EngineError):
+                    raise delta
                 yield delta
                 if delta.finish_reason is not None:
                     return
@@ -138,7 +150,13 @@ class BuiltinEngine:
             if delta is not None:
                 state.queue.put_nowait(delta)
 
-    def _delta(self, state: _Stream, event: TokenEvent) -> Delta | None:
+    def _delta(self, state: _Stream, event: TokenEvent) -> Delta | EngineError | None:
+        if event.token is None and event.finish is FinishReason.LENGTH and not state.seq.output:
+            state.done = True  # the scheduler found the prompt can never fit
+            return ContextLengthExceeded(
+                f"the prompt is {len(state.seq.prompt)} tokens; this engine holds at most "
+                f"{self.config.kv_cache_tokens} tokens"
+            )
         text = state.decoder.feed(event.token) if event.token is not None else ""
         finish = event.finish
         if finish is not None:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from parley.api.app import create_app
-from parley.api.state import build_services
 from parley.config import load_settings
+from parley.services import build_services
 
 
 def parley(

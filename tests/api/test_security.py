@@ -10,8 +10,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from parley.api.state import Services
 from parley.domain import utcnow
+from parley.services import Services
 from parley.store.schema import Session
 from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
 

@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from parley.api.state import Services
 from parley.engines.fake import FakeEngine
 from parley.runs.events import delta_event
-from parley.store import runs as run_store
+from parley.services import Services
+from parley.store import run_records as run_store
 from tests.helpers import assert_error, user_headers
-from tests.runs.test_runs import JSON, new_chat, send_json
+from tests.runs.helpers import JSON, new_chat, send_json
 from tests.sse import Event, collect
 
 

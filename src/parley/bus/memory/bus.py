@@ -1,0 +1,31 @@
+"""``MemoryBus``: the bus's sections as asyncio structures of one process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from parley.bus.interface import BusLimits
+from parley.bus.memory.budget import _BudgetOps
+from parley.bus.memory.cancel import _CancelOps
+from parley.bus.memory.queue import _QueueOps
+from parley.bus.memory.slots import _SlotOps
+from parley.bus.memory.streams import _StreamOps
+
+
+class MemoryBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps):
+    """The in-process bus (the embedded default). Each section (the base classes) lives in
+    its own module, with its state."""
+
+    def __init__(
+        self, limits: BusLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits or BusLimits()
+        self._clock = clock
+        super().__init__()  # each section sets up its state
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,50 @@
+"""``RedisBus``: the bus's sections over one Redis client, one per process."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+
+from parley.bus.interface import BusLimits
+from parley.bus.redis.budget import _BudgetOps
+from parley.bus.redis.cancel import _CancelOps
+from parley.bus.redis.queue import _QueueOps
+from parley.bus.redis.shared import MAX_BLOCK_SECONDS
+from parley.bus.redis.slots import _SlotOps
+from parley.bus.redis.streams import _READ_CONCURRENCY, _StreamOps
+from parley.bus.redis.tail import _StreamTail
+
+POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
+
+
+class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps):
+    """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
+    section (the base classes) lives in its own module, with its keys and scripts."""
+
+    def __init__(
+        self, url: str, limits: BusLimits | None = None, *, namespace: str = "parley"
+    ) -> None:
+        if not namespace or "{" in namespace or "}" in namespace:
+            raise ValueError("the bus namespace must be non-empty and free of braces")
+        self.limits = limits or BusLimits()
+        self._ns = namespace
+        self._redis = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            max_connections=POOL_MAX_CONNECTIONS,
+            # blocking calls (BLPOP in wait_cancel, BZPOPMIN in dequeue) may wait longer
+            # than redis-py's default 5 s socket timeout; they are capped below this
+            socket_timeout=MAX_BLOCK_SECONDS + 10,
+        )
+        self._tail = _StreamTail(url, self._redis)
+        self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+    async def close(self) -> None:
+        try:
+            await self._tail.close()
+        finally:
+            await self._redis.aclose()

@@ -1,0 +1,38 @@
+"""The Redis bus's per-user stream slots: how many SSE streams a user has open.
+
+``ns:user:{<user_id>}:streams``
+    The user's open SSE streams: a sorted set of stream id -> expiry (server ms).
+"""
+
+from __future__ import annotations
+
+from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
+
+# KEYS: the user's slots. ARGV: stream id, limit, ttl ms. Returns 1 if the slot is held.
+_OPEN_STREAM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', tonumber(last[2]) - now))
+return 1
+"""
+
+
+class _SlotOps(_RedisOps):
+    _open_stream = _LuaScript(_OPEN_STREAM)
+
+    def _slots_key(self, user_id: str) -> str:
+        return self._user_key(user_id, "streams")
+
+    async def open_stream(self, user_id: str, stream_id: str, *, limit: int, ttl: float) -> bool:
+        args: list[_Arg] = [stream_id, limit, _ms(ttl)]
+        return bool(await self._open_stream(keys=[self._slots_key(user_id)], args=args))
+
+    async def close_stream(self, user_id: str, stream_id: str) -> None:
+        await self._redis.zrem(self._slots_key(user_id), stream_id)

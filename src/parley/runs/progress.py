@@ -1,0 +1,58 @@
+"""What a worker knows of one run while it generates, and the outcome it ends with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parley.domain import RunStatus
+from parley.engines.interface import Delta, EngineError, FinishReason
+from parley.store.run_records import Outcome
+
+
+@dataclass(slots=True)
+class Progress:
+    text: list[str] = field(default_factory=list)
+    tokens: int = 0
+    prompt_tokens: int | None = None
+    finish: FinishReason | None = None
+    cancelled: bool = False
+    lease_lost: bool = False  # the sweeper (or a newer attempt) has the run now
+    error: Exception | None = None
+    over: bool = False  # generation has ended: a cancel arriving now changes nothing
+
+    def take(self, delta: Delta) -> None:
+        """Count a delta in (its text once it is on the stream)."""
+        if delta.prompt_tokens is not None:
+            self.prompt_tokens = delta.prompt_tokens
+        if delta.finish_reason is not None:
+            self.finish = delta.finish_reason
+        if delta.text or delta.tokens:
+            self.text.append(delta.text)
+            self.tokens += delta.tokens
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancelled or self.lease_lost
+
+    def outcome(self, prompt_tokens: int | None) -> Outcome:
+        """How the run ends: cancelled, failed (engine error, or an abort nobody asked for),
+        or completed. ``prompt_tokens``: the count known before generating."""
+        text = "".join(self.text)
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else prompt_tokens
+        if self.cancelled:  # stopped before any output: it costs nothing
+            prompt = prompt if self.tokens else None
+            return Outcome(RunStatus.CANCELLED, text, prompt, self.tokens, "cancelled")
+        code, message = self._failure()
+        if code is not None:
+            return Outcome(RunStatus.FAILED, text, prompt, self.tokens, "error", code, message)
+        finish = (self.finish or FinishReason.STOP).value
+        return Outcome(RunStatus.COMPLETED, text, prompt, self.tokens, finish)
+
+    def _failure(self) -> tuple[str | None, str | None]:
+        if isinstance(self.error, EngineError):
+            return self.error.code, str(self.error) or "the engine could not serve this run"
+        if self.error is not None:
+            return "engine_error", f"the engine failed: {type(self.error).__name__}"
+        if self.finish is FinishReason.ABORT:
+            return "engine_aborted", "the engine stopped generating this answer"
+        return None, None

@@ -1,0 +1,88 @@
+"""The one place the suites build their stores, buses and services.
+
+Every store-facing test runs on SQLite and on the real Postgres (``PARLEY_TEST_BACKENDS``,
+``PARLEY_TEST_POSTGRES_URL``); bus tests run on the in-process bus and the real Redis
+(``PARLEY_TEST_BUSES``, ``PARLEY_TEST_REDIS_URL``). Fixtures (the conftest modules) call
+these builders; tests that need one directly import it from here, never from a conftest.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from sqlalchemy import text
+
+from parley.accounts.passwords import Passwords
+from parley.bus.interface import Bus, BusLimits
+from parley.bus.memory import MemoryBus
+from parley.config import Settings
+from parley.services import Services, build_services
+from parley.store.database import Database
+from parley.store.migrate import upgrade
+
+POSTGRES_URL = os.environ.get(
+    "PARLEY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+BACKENDS = os.environ.get("PARLEY_TEST_BACKENDS", "sqlite,postgres").split(",")
+BUS_BACKENDS = os.environ.get("PARLEY_TEST_BUSES", "memory,redis").split(",")
+TABLES = ("runs", "messages", "chats", "api_keys", "sessions", "users")
+
+
+def fast_passwords() -> Passwords:
+    """Argon2id with tiny costs: the OWASP parameters are tested on their own."""
+    return Passwords(time_cost=1, memory_kib=64, parallelism=1)
+
+
+def sqlite_url(directory: Path) -> str:
+    """The URL of a SQLite database file in ``directory``."""
+    return f"sqlite+aiosqlite:///{directory / 'parley.db'}"
+
+
+async def migrate(url: str) -> None:
+    """Bring the database at ``url`` to the newest schema."""
+    db = Database(url)
+    try:
+        await upgrade(db)
+    finally:
+        await db.dispose()
+
+
+async def truncate(url: str) -> None:
+    """Empty every table of the (Postgres) database at ``url``."""
+    db = Database(url)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+    finally:
+        await db.dispose()
+
+
+async def reset_postgres(url: str = POSTGRES_URL) -> None:
+    """Drop the Postgres schema and rebuild it from the migrations."""
+    db = Database(url)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.execute(text("DROP SCHEMA public CASCADE"))
+            await conn.execute(text("CREATE SCHEMA public"))
+        await upgrade(db)
+    finally:
+        await db.dispose()
+
+
+async def make_bus(kind: str, limits: BusLimits, namespace: str | None = None) -> Bus:
+    """A fresh bus; two Redis buses made with one ``namespace`` share their keys."""
+    if kind == "memory":
+        return MemoryBus(limits)
+    from parley.bus.redis import RedisBus
+
+    bus = RedisBus(REDIS_URL, limits, namespace=namespace or f"test-{uuid.uuid4().hex[:12]}")
+    await bus.ping()
+    return bus
+
+
+def services_for(settings: Settings, *, bus: Bus | None = None, worker: bool = False) -> Services:
+    """The services of one process (``parley.services.build_services``), fast passwords."""
+    return build_services(settings, passwords=fast_passwords(), bus=bus, worker=worker)
