@@ -55,12 +55,16 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-TINY_CHAT = replace(TINY, vocab_size=256 + len(CHAT_SPECIALS), eos_token_ids=(258,))
+TINY_CHAT = replace(
+    TINY, vocab_size=256 + len(CHAT_SPECIALS), eos_token_ids=(258,), max_position_embeddings=4096
+)
 
 
 def save_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
     """A random-weight Llama with a byte-level tokenizer (one token per byte, no merges) and
-    a ChatML template, saved as a Hugging Face folder the built-in engine loads."""
+    a ChatML template, saved as a Hugging Face folder the built-in engine loads. Its output
+    row for the end-of-turn token is zero, so it practically never ends an answer by itself:
+    answers run to ``max_tokens``, long enough to stop or abort one mid-way."""
     folder.mkdir(parents=True, exist_ok=True)
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
@@ -78,6 +82,7 @@ def save_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)
+        model.lm_head.weight[258].zero_()
     save_file(
         {k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors"
     )

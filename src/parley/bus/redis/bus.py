@@ -40,6 +40,11 @@ class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps):
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
 
+    @property
+    def namespace(self) -> str:
+        """The prefix of every key this bus uses."""
+        return self._ns
+
     async def ping(self) -> None:
         await self._redis.ping()
 
