@@ -8,11 +8,16 @@ these builders; tests that need one directly import it from here, never from a c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import uvicorn
 from sqlalchemy import text
+from starlette.types import ASGIApp
 
 from parley.accounts.passwords import Passwords
 from parley.bus.interface import Bus, BusLimits
@@ -21,6 +26,7 @@ from parley.config import Settings
 from parley.services import Services, build_services
 from parley.store.database import Database
 from parley.store.migrate import upgrade
+from tests.waiting import eventually
 
 POSTGRES_URL = os.environ.get(
     "PARLEY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -86,3 +92,23 @@ async def make_bus(kind: str, limits: BusLimits, namespace: str | None = None) -
 def services_for(settings: Settings, *, bus: Bus | None = None, worker: bool = False) -> Services:
     """The services of one process (``parley.services.build_services``), fast passwords."""
     return build_services(settings, passwords=fast_passwords(), bus=bus, worker=worker)
+
+
+@asynccontextmanager
+async def served(app: ASGIApp) -> AsyncIterator[str]:
+    """``app`` behind a real uvicorn server in this event loop; its base URL. Streams really
+    stream and a client that stops reading really disconnects (unlike httpx's ASGI transport)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+
+    async def started() -> bool:
+        assert not task.done(), "uvicorn did not start"
+        return bool(server.started)
+
+    try:
+        await eventually(started, "uvicorn to start")
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task

@@ -12,6 +12,10 @@ Two shapes of the service are on offer:
 * ``run_settings`` / ``run_services`` / ``run_client``: the two real shapes of a deployment,
   SQLite with the in-process bus and Postgres with Redis, with a worker on the fast fake
   engine, served by a real uvicorn server.
+
+No test can hang: pytest-timeout fails a test after ``timeout`` seconds (pyproject.toml), and
+after ``SLOW_TIMEOUT`` seconds one marked ``slow`` (server processes, the browser) that sets
+no ``pytest.mark.timeout`` of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from parley.api.app import create_app
 from parley.config import Settings, load_settings
@@ -34,12 +37,21 @@ from tests.builders import (
     make_bus,
     migrate,
     reset_postgres,
+    served,
     services_for,
     sqlite_url,
     truncate,
 )
 
 STACKS = [s for s in ("sqlite-memory", "postgres-redis") if s.split("-")[0] in BACKENDS]
+
+SLOW_TIMEOUT = 300  # seconds, for tests marked slow (the default is pyproject's ``timeout``)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
@@ -148,14 +160,5 @@ async def run_client(run_services: Services) -> AsyncIterator[httpx.AsyncClient]
     """A client of a real HTTP server (uvicorn, in this event loop): streams really stream
     and a client that stops reading really disconnects, as they would not over ASGITransport."""
     app = create_app(run_services, close_services=False)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    async with served(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as c:
         yield c
-    server.should_exit = True
-    await task

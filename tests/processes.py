@@ -7,10 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+
+from tests.waiting import GaveUp, eventually_sync
 
 
 def free_port() -> int:
@@ -38,24 +40,31 @@ class Parley:
         return self.log.read_text(errors="replace")
 
     def wait_ready(self, base_url: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"parley exited early:\n{self.output()}")
             try:
-                if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
-                    return
+                return httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200
             except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"parley did not become ready:\n{self.output()}")
+                return False
+
+        self._wait(ready, f"{base_url}/readyz to answer 200", timeout)
 
     def wait_log(self, needle: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"never logged {needle!r}:\n{self.output()}")
-            time.sleep(0.05)
+        def logged() -> bool:
+            if needle in self.output():
+                return True
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited without logging {needle!r}:\n{self.output()}")
+            return False
+
+        self._wait(logged, f"the log line {needle!r}", timeout)
+
+    def _wait(self, check: Callable[[], bool], what: str, timeout: float) -> None:
+        try:
+            eventually_sync(check, what, timeout=timeout)
+        except GaveUp as e:
+            raise GaveUp(f"{e}; the process's output:\n{self.output()}") from None
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as in a crash."""

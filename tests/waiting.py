@@ -21,7 +21,7 @@ class GaveUp(AssertionError):
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T]],
+    check: Callable[[], Awaitable[T | None]],
     what: str,
     *,
     timeout: float = DEFAULT_TIMEOUT,
@@ -39,7 +39,7 @@ async def eventually(
 
 
 def eventually_sync(
-    check: Callable[[], T],
+    check: Callable[[], T | None],
     what: str,
     *,
     timeout: float = DEFAULT_TIMEOUT,

@@ -139,8 +139,15 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     await upgrade(services.db)
     await services.bus.ping()
     app = create_app(services)
+    # proxy_headers off: uvicorn would believe X-Forwarded-For from 127.0.0.1; parley reads
+    # it itself, from settings.trusted_proxies only (api.deps.client_address)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="info", lifespan="on"
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        lifespan="on",
+        proxy_headers=False,
     )
     log.info(
         "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
@@ -207,7 +214,7 @@ async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
         password = getpass.getpass("password: ")
     try:
         email = checked_email(args.email)
-        check_password(password)
+        check_password(password, email=email)
     except ValidationFailed as e:
         return _fail(e.message)
     db = await _open_db(settings)

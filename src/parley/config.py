@@ -8,18 +8,28 @@ runs at import time: call :func:`load_settings`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    IPvAnyNetwork,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -165,9 +175,51 @@ class Settings(BaseSettings):
     default_page_size: int = Field(default=20, gt=0)
     max_page_size: int = Field(default=100, gt=0)
 
+    # -- HTTP edge hardening
+    api_docs: bool | None = Field(
+        default=None,
+        description="Serve /openapi.json and /docs; default: on in development, off in production.",
+    )
+
     login_free_failures: int = Field(default=5, ge=1)
     login_failure_window_seconds: int = Field(default=900, gt=0)
     login_max_delay_seconds: int = Field(default=900, gt=0)
+
+    # -- accounts hardening
+    session_idle_timeout_seconds: int = Field(
+        default=7 * 24 * 3600, ge=120, description="A session unused this long is refused."
+    )
+    # login_free_failures (above) count per (email, client address); past them: 429
+    login_email_free_failures: int = Field(
+        default=20, ge=1, description="Failures for one email, any address, before slowing."
+    )
+    login_email_max_delay_seconds: float = Field(
+        default=10, gt=0, description="The longest a login for a much-failed email is held."
+    )
+    signup_free_attempts_per_address: int = Field(default=20, ge=1)
+    signup_window_seconds: int = Field(default=3600, gt=0)
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses/CIDRs whose X-Forwarded-For is believed; none by default.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="Where users reach parley; https turns on HSTS and Secure cookies.",
+    )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _address_list(cls, value: Any) -> Any:
+        """From the environment: a JSON list, or addresses separated by commas."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    # -- end accounts hardening
 
     tiers: dict[str, TierSettings] = Field(default_factory=default_tiers)
     default_tier: str = "free"
@@ -253,7 +305,12 @@ class Settings(BaseSettings):
     def secure_cookies(self) -> bool:
         if self.cookie_secure is not None:
             return self.cookie_secure
-        return self.environment is Environment.PRODUCTION
+        return self.environment is Environment.PRODUCTION or self.https
+
+    @property
+    def https(self) -> bool:
+        """The public URL is https (HSTS is sent, cookies are Secure)."""
+        return (self.public_url or "").lower().startswith("https://")
 
 
 def normalize_database_url(url: str) -> str:

@@ -52,6 +52,17 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_ID_BYTES = 12
+_HEX = frozenset("0123456789abcdef")
+
+
 def new_id(prefix: str) -> str:
     """An opaque, unguessable id such as ``chat_3q2…``."""
-    return f"{prefix}_{secrets.token_hex(12)}"
+    return f"{prefix}_{secrets.token_hex(_ID_BYTES)}"
+
+
+def is_id(prefix: str, value: str) -> bool:
+    """Whether ``value`` has the shape of an id ``new_id(prefix)`` makes: ``<prefix>_`` and
+    lower-case hex, nothing else (so no NUL, no non-ASCII, no unbounded length)."""
+    head, sep, tail = value.partition("_")
+    return head == prefix and bool(sep) and len(tail) == 2 * _ID_BYTES and _HEX.issuperset(tail)

@@ -109,5 +109,19 @@ class Unavailable(ParleyError):
     code = "unavailable"
 
 
+ECHO_LIMIT = 64
+
+
+def quoted(value: str, limit: int = ECHO_LIMIT) -> str:
+    """A value a client sent, as an error message quotes it: repr'd, at most ``limit``
+    characters of it (then "…"), so an error never echoes a request back whole."""
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def no_such(what: str, value: str, *, code: str, param: str) -> NotFound:
+    """The one "no <what> with id <value>" error (the id quoted, cut short)."""
+    return NotFound(f"no {what} with id {quoted(value)}", code=code, param=param)
+
+
 class ConfigurationError(Exception):
     """Settings that cannot be used; raised at start-up, never seen by clients."""

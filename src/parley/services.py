@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from parley.accounts.passwords import Passwords
 from parley.accounts.service import Accounts
-from parley.accounts.throttle import MemoryLoginThrottle
+from parley.accounts.throttle import AccountThrottles
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
 from parley.config import Settings
@@ -27,6 +27,7 @@ from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
 from parley.runs.worker import Worker
 from parley.store.database import Database
+from parley.store.pages import Cursors
 
 
 @dataclass(slots=True)
@@ -41,6 +42,7 @@ class Services:
     relay: Relay
     sweeper: Sweeper
     models: list[str]
+    cursors: Cursors
     engine: Engine | None = None
     worker: Worker | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -98,11 +100,6 @@ def build_services(
     """Everything one process needs; ``worker=True`` adds an engine and a worker."""
     db = Database(settings.resolved_database_url, echo=settings.database_echo)
     bus = bus or build_bus(settings)
-    throttle = MemoryLoginThrottle(
-        free_failures=settings.login_free_failures,
-        window=settings.login_failure_window_seconds,
-        max_delay=settings.login_max_delay_seconds,
-    )
     models = configured_models(settings)
     budget = Budget(bus, settings)
     finisher = Finisher(db, bus, budget)
@@ -112,11 +109,12 @@ def build_services(
         bus=bus,
         budget=budget,
         finisher=finisher,
-        accounts=Accounts(db, settings, passwords or Passwords(), throttle),
+        accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
         submitter=Submitter(db, bus, budget, settings, models),
         relay=Relay(db, bus, settings),
         sweeper=Sweeper(db, bus, finisher, settings),
         models=models,
+        cursors=Cursors(settings.secret_key.get_secret_value()),
     )
     if worker:
         services.engine = engine or build_engine(settings)

@@ -41,7 +41,13 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
         headers={**auth, "Accept": "application/json"},
     )
     assert run.status_code == 202, run.text
-    return {"chat_id": chat["id"], "key_id": key["id"], "run_id": run.json()["run_id"]}
+    sessions = (await client.get("/api/sessions", headers=auth)).json()["data"]
+    return {
+        "chat_id": chat["id"],
+        "key_id": key["id"],
+        "run_id": run.json()["run_id"],
+        "session_id": sessions[0]["id"],
+    }
 
 
 async def test_every_route_with_an_id_is_404_for_another_user(
@@ -66,6 +72,8 @@ async def test_every_route_with_an_id_is_404_for_another_user(
     assert len(msgs["data"]) == 2  # and their send added nothing
     keys = (await client.get("/api/keys", headers=owner)).json()["data"]
     assert [k["id"] for k in keys] == [ids["key_id"]]
+    sessions = (await client.get("/api/sessions", headers=owner)).json()["data"]
+    assert [s["id"] for s in sessions] == [ids["session_id"]]  # not ended by the other
     listing = (await client.get("/api/chats", headers=other)).json()
     assert listing["data"] == []
 

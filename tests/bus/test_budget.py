@@ -9,6 +9,7 @@ import pytest
 
 from parley.bus.interface import Bus, BusLimits, TokenBucket
 from tests.builders import REDIS_URL, make_bus
+from tests.waiting import eventually
 
 # refills so slowly (1 token a minute) that a test never sees it, unless it wants to
 STILL = TokenBucket(capacity=1000, per_minute=1)
@@ -66,15 +67,33 @@ async def test_an_overrun_debits_below_zero_and_blocks_until_refilled(bus: Bus) 
 async def test_the_balance_refills_continuously_up_to_the_capacity(bus: Bus) -> None:
     fast = TokenBucket(capacity=100, per_minute=6000)  # 100 tokens a second
     assert (await bus.reserve_tokens("u1", 100, fast)).granted
-    await asyncio.sleep(0.3)
-    tokens = (await bus.peek_tokens("u1", fast)).tokens
-    assert 20 <= tokens <= 60
+
+    async def partly_refilled() -> bool:  # seen on its way: not all at once
+        return 10 <= (await bus.peek_tokens("u1", fast)).tokens < 90
+
+    await eventually(partly_refilled, "the balance to refill part of the way")
     refused = await bus.reserve_tokens("u1", 100, fast)
     assert not refused.granted
-    await asyncio.sleep(refused.retry_after + 0.02)  # what retry_after promised suffices
-    assert (await bus.reserve_tokens("u1", 100, fast)).granted
-    await asyncio.sleep(1.2)
-    assert (await bus.peek_tokens("u1", fast)).tokens == 100  # never above the capacity
+    assert 0 < refused.balance.tokens < 100  # refilled by then, but not enough
+    # retry_after is the time the shortfall takes to refill at 100 tokens a second
+    shortfall = 100 - refused.balance.tokens
+    assert refused.retry_after == pytest.approx(shortfall / 100, abs=0.005)
+
+    async def granted() -> bool:  # a refused reserve takes nothing: it can be asked again
+        return (await bus.reserve_tokens("u1", 100, fast)).granted
+
+    await eventually(granted, "the balance to refill enough for the reserve")
+
+    async def filled(user: str) -> float:
+        tokens = (await bus.peek_tokens(user, fast)).tokens
+        return tokens if tokens >= 100 else 0
+
+    assert await eventually(lambda: filled("u1"), "u1's bucket to fill up") == 100
+    # never above the capacity: still 100 once another bucket, emptied only now, is full
+    # again (a second of refill later), when an uncapped balance would be near 200
+    assert (await bus.reserve_tokens("u2", 100, fast)).granted
+    await eventually(lambda: filled("u2"), "u2's bucket to fill up")
+    assert (await bus.peek_tokens("u1", fast)).tokens == 100
 
 
 async def test_concurrent_reserves_never_overdraw(bus_kind: str, bus_limits: BusLimits) -> None:

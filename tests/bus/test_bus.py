@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import inspect
+import uuid
+from typing import Any, TypeVar
 
 import pytest
+import redis.asyncio as aioredis
 
 from parley.bus.interface import (
     Bus,
@@ -17,7 +20,77 @@ from parley.bus.interface import (
     StaleAttempt,
     valid_entry_id,
 )
-from tests.builders import make_bus
+from parley.bus.redis import RedisBus
+from tests.builders import REDIS_URL, make_bus
+from tests.waiting import eventually
+
+T = TypeVar("T")
+
+# The timeout of a blocking call the test wakes: far beyond the moment it is woken, and below
+# the Redis bus's longest single block (MAX_BLOCK_SECONDS), so Redis blocks all along.
+WAIT = 25.0
+
+
+class Waits:
+    """Tells when a bus call running in a task waits inside the bus, so that what the test
+    does next happens during the wait, not before it. In process: the call's coroutine is
+    suspended (the in-process bus does no I/O, so suspended is waiting). On Redis: CLIENT
+    LIST shows one of this bus's connections (named for the test) blocked in the command;
+    a read waits on the stream tail's watch of its stream (``tests/bus/test_redis_tail.py``).
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.name = f"parley-test-{uuid.uuid4().hex[:12]}"
+
+    @classmethod
+    async def on(cls, bus: Bus) -> Waits:
+        """Call before the call to watch: on Redis it names the bus's connections."""
+        waits = cls(bus)
+        if isinstance(bus, RedisBus):
+            pool = bus._redis.connection_pool
+            pool.connection_kwargs["client_name"] = waits.name
+            await pool.disconnect()
+            pool.reset()  # type: ignore[no-untyped-call]  # new connections are named
+        return waits
+
+    async def until(self, task: asyncio.Task[Any], *, command: str = "", stream: str = "") -> None:
+        """Wait until ``task`` waits in the bus: in ``command`` (a Redis command) or, for
+        a read, on ``stream``."""
+        bus = self.bus
+        admin = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+
+        async def waiting() -> bool:
+            if task.done():
+                raise AssertionError(f"the call returned without waiting: {task.result()!r}")
+            if not isinstance(bus, RedisBus):
+                coro = task.get_coro()
+                assert inspect.iscoroutine(coro)
+                return inspect.getcoroutinestate(coro) == inspect.CORO_SUSPENDED
+            if stream:
+                watch = bus._tail.watches.get(bus._run_key(stream, "events"))
+                return watch is not None and watch.waiters > 0
+            clients = await admin.client_list()
+            return any(
+                c["name"] == self.name and "b" in c["flags"] and c["cmd"] == command
+                for c in clients
+            )
+
+        try:
+            await eventually(waiting, f"the bus call to wait ({command or stream})")
+        finally:
+            await admin.aclose()
+
+
+async def woken(task: asyncio.Task[T]) -> T:
+    """The result of a waiting call the test has just woken: it comes then, long before the
+    call's own timeout (WAIT). The deadline is generous: how soon is not asserted."""
+
+    async def done() -> bool:
+        return task.done()
+
+    await eventually(done, "the woken call to return", timeout=WAIT / 2)
+    return task.result()
 
 
 async def test_queue_orders_by_priority_then_age(bus: Bus) -> None:
@@ -86,17 +159,13 @@ async def test_queue_depth_counts_the_lowest_and_highest_priorities(bus: Bus) ->
 
 
 async def test_dequeue_waits_for_work_and_remove_takes_runs_out(bus: Bus) -> None:
-    async def later() -> None:
-        await asyncio.sleep(0.1)
-        await bus.enqueue(QueuedRun("x"))
-
-    task = asyncio.create_task(later())
-    start = time.monotonic()
-    got = await bus.dequeue(timeout=3)
-    await task
+    waits = await Waits.on(bus)
+    task = asyncio.create_task(bus.dequeue(timeout=WAIT))
+    await waits.until(task, command="bzpopmin")
+    await bus.enqueue(QueuedRun("x"))
+    got = await woken(task)
     assert got is not None
     assert got.run_id == "x"
-    assert 0.05 < time.monotonic() - start < 2
 
     await bus.enqueue(QueuedRun("y"))
     await bus.enqueue(QueuedRun("z"))
@@ -137,28 +206,21 @@ async def test_stream_read_after_an_id_gives_exactly_the_rest(bus: Bus) -> None:
 
 async def test_stream_read_blocks_until_an_event(bus: Bus) -> None:
     first = await bus.append("run1", RunEvent(EventKind.STATUS, {"status": "queued"}))
-
-    async def later() -> None:
-        await asyncio.sleep(0.1)
-        await bus.append("run1", RunEvent(EventKind.DONE, {"status": "completed"}))
-
-    task = asyncio.create_task(later())
-    start = time.monotonic()
-    got = await bus.read("run1", first, timeout=3)
-    await task
+    waits = await Waits.on(bus)
+    task = asyncio.create_task(bus.read("run1", first, timeout=WAIT))
+    await waits.until(task, stream="run1")
+    await bus.append("run1", RunEvent(EventKind.DONE, {"status": "completed"}))
+    got = await woken(task)
     assert [e.event.kind for e in got] == [EventKind.DONE]
     assert got[0].event.data == {"status": "completed"}
-    assert time.monotonic() - start < 2
 
 
 async def test_reading_a_stream_that_does_not_exist_yet_sees_its_first_event(bus: Bus) -> None:
-    async def later() -> None:
-        await asyncio.sleep(0.1)
-        await bus.append("fresh", RunEvent(EventKind.STATUS, {"status": "queued"}))
-
-    task = asyncio.create_task(later())
-    got = await bus.read("fresh", None, timeout=3)
-    await task
+    waits = await Waits.on(bus)
+    task = asyncio.create_task(bus.read("fresh", None, timeout=WAIT))
+    await waits.until(task, stream="fresh")
+    await bus.append("fresh", RunEvent(EventKind.STATUS, {"status": "queued"}))
+    got = await woken(task)
     assert [e.event.data for e in got] == [{"status": "queued"}]
 
 
@@ -167,8 +229,11 @@ async def test_streams_expire(bus_kind: str) -> None:
     try:
         await bus.append("short", RunEvent(EventKind.DELTA, {"text": "x"}))
         assert await bus.stream_exists("short")
-        await asyncio.sleep(1.3)
-        assert not await bus.stream_exists("short")
+
+        async def gone() -> bool:
+            return not await bus.stream_exists("short")
+
+        await eventually(gone, "the stream to expire")
         assert await bus.read("short", None, timeout=0) == []
     finally:
         await bus.close()
@@ -177,16 +242,11 @@ async def test_streams_expire(bus_kind: str) -> None:
 async def test_cancel_signal(bus: Bus) -> None:
     assert not await bus.cancel_requested("r1")
     assert await bus.wait_cancel("r1", timeout=0.05) is False
-
-    async def later() -> None:
-        await asyncio.sleep(0.1)
-        await bus.request_cancel("r1")
-
-    task = asyncio.create_task(later())
-    start = time.monotonic()
-    assert await bus.wait_cancel("r1", timeout=3) is True
-    await task
-    assert time.monotonic() - start < 1
+    waits = await Waits.on(bus)
+    task = asyncio.create_task(bus.wait_cancel("r1", timeout=WAIT))
+    await waits.until(task, command="blpop")
+    await bus.request_cancel("r1")
+    assert await woken(task) is True
     assert await bus.cancel_requested("r1")
     assert await bus.wait_cancel("r1", timeout=0.05) is True  # stays set
     assert not await bus.cancel_requested("r2")
@@ -205,8 +265,11 @@ async def test_stream_slots_per_user(bus: Bus) -> None:
 async def test_stream_slots_lapse_when_not_refreshed(bus: Bus) -> None:
     assert await bus.open_stream("u1", "s1", limit=1, ttl=0.3)
     assert not await bus.open_stream("u1", "s2", limit=1, ttl=0.3)
-    await asyncio.sleep(0.5)
-    assert await bus.open_stream("u1", "s2", limit=1, ttl=0.3)
+
+    async def lapsed() -> bool:  # a refused open takes nothing, so it can be asked again
+        return await bus.open_stream("u1", "s2", limit=1, ttl=0.3)
+
+    await eventually(lapsed, "the unrefreshed slot to lapse and free its place")
 
 
 async def test_ping_and_entry_id_validation(bus: Bus) -> None:
@@ -218,10 +281,19 @@ async def test_ping_and_entry_id_validation(bus: Bus) -> None:
 
 async def test_blocking_waits_longer_than_five_seconds_do_not_fail(bus: Bus) -> None:
     """redis-py's default socket timeout is 5 s; a cancel wait or dequeue may block longer."""
-    start = time.monotonic()
-    results = await asyncio.gather(bus.wait_cancel("slow", timeout=6), bus.dequeue(timeout=6))
-    assert list(results) == [False, None]
-    assert time.monotonic() - start >= 5.9
+    waits = await Waits.on(bus)
+    cancel = asyncio.create_task(bus.wait_cancel("slow", timeout=WAIT))
+    work = asyncio.create_task(bus.dequeue(timeout=WAIT))
+    await waits.until(cancel, command="blpop")
+    await waits.until(work, command="bzpopmin")
+    # not synchronisation: the condition under test, both calls blocked for over 5 s
+    await asyncio.sleep(6)
+    assert not cancel.done(), cancel
+    assert not work.done(), work
+    await bus.request_cancel("slow")
+    await bus.enqueue(QueuedRun("late"))
+    assert await woken(cancel) is True
+    assert await woken(work) == QueuedRun("late", 0)
 
 
 async def test_a_run_queued_again_after_removal_goes_to_the_back(bus: Bus) -> None:

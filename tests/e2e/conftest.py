@@ -17,9 +17,17 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from tests.processes import Parley, free_port
+from tests.waiting import eventually_sync
 
 CHROMIUM = os.environ.get("PARLEY_TEST_CHROMIUM", "/usr/bin/chromium")
 # The flags that work on this kind of machine: no sandbox as root, no background traffic
@@ -37,6 +45,12 @@ SCREENSHOTS = Path(os.environ.get("PARLEY_SCREENSHOT_DIR", "build/screenshots"))
 PASSWORD = "correct horse battery staple"
 ANSWER_TOKENS = 60  # the default server's answers
 
+# How long Playwright waits for an expectation, an action or a page function: answers take
+# about 4 s here (more on a busy machine), so Playwright's 5 s default for expect() is not
+# enough. A deadline, not a timing claim: the tests assert no timings.
+PLAYWRIGHT_TIMEOUT_MS = 30_000
+expect.set_options(timeout=PLAYWRIGHT_TIMEOUT_MS)
+
 
 @dataclass
 class Server:
@@ -48,7 +62,7 @@ class Server:
 
     def new_email(self) -> str:
         self.users += 1
-        return f"user{self.users}-{time.monotonic_ns()}@example.com"
+        return f"user{self.users}-{time.monotonic_ns()}@example.com"  # unique, not a timing
 
 
 ServerFactory = Callable[..., Server]
@@ -115,7 +129,7 @@ def server(servers: ServerFactory) -> Server:
 @pytest.fixture
 def context(browser: Browser) -> Iterator[BrowserContext]:
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    ctx.set_default_timeout(15_000)
+    ctx.set_default_timeout(PLAYWRIGHT_TIMEOUT_MS)
     yield ctx
     ctx.close()
 
@@ -124,7 +138,7 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
 def browser_context_narrow(browser: Browser) -> Iterator[BrowserContext]:
     """A phone-sized window."""
     ctx = browser.new_context(viewport={"width": 390, "height": 780}, is_mobile=True)
-    ctx.set_default_timeout(15_000)
+    ctx.set_default_timeout(PLAYWRIGHT_TIMEOUT_MS)
     yield ctx
     ctx.close()
 
@@ -176,13 +190,15 @@ class Api:
         return data
 
     def wait_run(self, run_id: str, timeout: float = 30) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
+        def ended() -> dict[str, Any] | None:
             run: dict[str, Any] = self.get(f"/api/runs/{run_id}")
-            if run["status"] in ("completed", "cancelled", "failed", "rejected"):
-                return run
-            assert time.monotonic() < deadline, run
-            time.sleep(0.1)
+            return (
+                run if run["status"] in ("completed", "cancelled", "failed", "rejected") else None
+            )
+
+        run = eventually_sync(ended, f"run {run_id} to end", timeout=timeout, interval=0.1)
+        assert run is not None
+        return run
 
 
 def log_in(context: BrowserContext, server: Server, email: str | None = None) -> Api:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
+from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, Locator, Page, expect
+from playwright.sync_api import BrowserContext, Locator, Page, Response, expect
 
 from tests.e2e.conftest import (
     ANSWER_TOKENS,
@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     shot,
 )
 from tests.e2e.proxy import CuttableProxy
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +72,14 @@ def answering(
 def lengths_while_streaming(message: Locator, timeout: float = 60) -> list[int]:
     """The answer's text length, sampled until the message leaves in_progress."""
     seen: list[int] = []
-    deadline = time.monotonic() + timeout
-    while message.get_attribute("data-status") == "in_progress":
+
+    def finished() -> bool:
+        if message.get_attribute("data-status") != "in_progress":
+            return True
         seen.append(len(content(message)))
-        assert time.monotonic() < deadline, "the answer never finished"
-        time.sleep(0.05)
+        return False
+
+    eventually_sync(finished, "the answer to finish streaming", timeout=timeout)
     return seen
 
 
@@ -364,28 +368,60 @@ def test_older_messages_load_on_scroll_up(
     assert users.all_inner_texts() == [f"question {n:02d}" for n in range(40)]
 
 
+# Records what the banner shows: a snapshot of it at every change, so that each countdown's
+# first value is known (wait() writes the text, then shows the banner).
+RECORD_BANNER = """() => {
+  window.bannerLog = [];
+  const banner = document.getElementById("banner");
+  const text = document.getElementById("banner-text");
+  new MutationObserver(() => {
+    window.bannerLog.push({ hidden: banner.hidden, text: text.textContent });
+  }).observe(banner, { attributes: true, childList: true, characterData: true, subtree: true });
+}"""
+
+
+def countdowns(log: list[dict[str, Any]]) -> list[list[int]]:
+    """The seconds each showing of the banner counted, from the recorded snapshots."""
+    shown: list[list[int]] = []
+    hidden = True
+    for snap in log:
+        if snap["hidden"]:
+            hidden = True
+            continue
+        match = re.search(r"Retrying in (\d+) s", snap["text"])
+        assert match, snap
+        if hidden:
+            shown.append([])
+        if not shown[-1] or shown[-1][-1] != int(match.group(1)):
+            shown[-1].append(int(match.group(1)))
+        hidden = False
+    return shown
+
+
 def test_busy_service_shows_a_banner_and_retries_by_itself(
     page: Page, context: BrowserContext, servers: ServerFactory
 ) -> None:
-    # one engine slot and a queue of one: two runs fill the service
-    busy = servers(PARLEY_QUEUE_MAX="1", **fake_engine(ttft_ms=0, itl_ms=50, tokens=40, slots=1))
+    # one engine slot and a queue of one: two runs fill the service until the first one
+    # ends (120 tokens at 50 ms: 6 s), so the page is refused more than once
+    busy = servers(PARLEY_QUEUE_MAX="1", **fake_engine(ttft_ms=0, itl_ms=50, tokens=120, slots=1))
     api = log_in(context, busy)
     chat = api.post("/api/chats", {"title": "blockers"})["id"]
     blockers = [api.send(chat, f"block {n}") for n in range(2)]
+    sends: list[tuple[int, str | None]] = []  # the page's POSTs: status, Retry-After
+
+    def on_response(response: Response) -> None:
+        if response.request.method == "POST" and response.url.endswith("/messages"):
+            sends.append((response.status, response.headers.get("retry-after")))
+
+    page.on("response", on_response)
     open_app(page, busy.url)
+    page.evaluate(RECORD_BANNER)
     send(page, "hello when you have a moment")
     banner = page.locator("#banner")
     expect(banner).to_be_visible()
     expect(banner).to_contain_text(re.compile(r"busy\. Retrying in \d+ s"))
     expect(answer(page).locator(".message-note")).to_have_text("Not sent yet: waiting to retry…")
     shot(page, "04-busy-banner")
-    counts = set()
-    while banner.is_visible():
-        match = re.search(r"Retrying in (\d+) s", banner.inner_text())
-        if match:
-            counts.add(int(match.group(1)))
-        time.sleep(0.1)
-    assert len(counts) >= 2, f"the banner did not count down: {counts}"
 
     message = answer(page)
     expect(message).to_have_attribute("data-status", "completed", timeout=60_000)
@@ -395,6 +431,15 @@ def test_busy_service_shows_a_banner_and_retries_by_itself(
         "hello when you have a moment"
     ]  # retried with one Idempotency-Key: one message, one run
     assert content(message) == stored[-1]["content"]
+
+    # each refusal's countdown starts from the server's Retry-After: the second refusal
+    # tells it from the page's own fallback (2 s, then 4 s, 8 s, ...)
+    refused = [retry_after for status, retry_after in sends if status == 503]
+    assert len(refused) >= 2, sends
+    assert [status for status, _ in sends] == [503] * len(refused) + [200], sends
+    shown = countdowns(page.evaluate("window.bannerLog"))
+    assert [c[0] for c in shown] == [int(r or 0) for r in refused], (shown, refused)
+    assert any(len(c) >= 2 for c in shown), f"the banner did not count down: {shown}"
 
 
 def test_narrow_screen_hides_the_sidebar_in_a_drawer(
@@ -484,5 +529,7 @@ def test_budget_is_shown_and_a_spent_budget_says_when_it_refills(
     expect(banner).to_be_hidden(timeout=30_000)  # retried by itself once it refilled
     expect(answer(page)).to_have_attribute("data-status", "completed")
     stored = api.messages(chat_id_of(page))
-    assert [m["content"] for m in stored if m["role"] == "user"][-1].startswith("question")
-    assert sum(m["role"] == "assistant" for m in stored) == sum(m["role"] == "user" for m in stored)
+    # every question once: the refused one was sent again by the retry, not stored twice
+    sent = [f"question {i}" for i in range(n + 1)]
+    assert [m["content"] for m in stored if m["role"] == "user"] == sent
+    assert sum(m["role"] == "assistant" for m in stored) == len(sent)

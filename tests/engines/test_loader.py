@@ -11,7 +11,6 @@ import importlib.machinery
 import importlib.util
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,9 +56,9 @@ CONVERSATION = [
 @dataclass
 class Loads:
     first: LoadedModel
-    first_seconds: float
+    first_dequantized: bool  # the first load converted the GGUF file
     cached: LoadedModel
-    cached_seconds: float
+    cached_dequantized: bool  # ... and the second did not: it read the cache
     cache_dir: Path
 
 
@@ -89,15 +88,27 @@ def model_path() -> Path:
 
 @pytest.fixture(scope="module")
 def loads(model_path: Path) -> Iterator[Loads]:
-    """Load twice: dequantizing (cold cache), then from the cache. The 0.5 GB cache is removed."""
-    with tempfile.TemporaryDirectory(prefix="parley-model-cache-") as cache:
+    """Load twice: dequantizing (cold cache), then from the cache. The 0.5 GB cache is removed.
+    Whether a load dequantized is seen by counting calls of the loader's GGUF conversion."""
+    conversions: list[Path] = []
+    convert = loader._load_gguf
+
+    def counted(path: Path) -> LoadedModel:
+        conversions.append(path)
+        return convert(path)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="parley-model-cache-") as cache,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        mp.setattr(loader, "_load_gguf", counted)
         cache_dir = Path(cache)
-        start = time.perf_counter()
         first = load_model(None, cache_dir=cache_dir)
-        middle = time.perf_counter()
+        first_dequantized = len(conversions) == 1
         cached = load_model(model_path, cache_dir=cache_dir)
-        end = time.perf_counter()
-        yield Loads(first, middle - start, cached, end - middle, cache_dir)
+        cached_dequantized = len(conversions) == 2
+        mp.undo()
+        yield Loads(first, first_dequantized, cached, cached_dequantized, cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -244,9 +255,11 @@ def test_weights_answer_a_question(loads: Loads) -> None:
     assert "Paris" in answer
 
 
-def test_cached_load_is_faster_and_identical(loads: Loads) -> None:
-    print(f"first load {loads.first_seconds:.2f}s, cached load {loads.cached_seconds:.2f}s")
-    assert loads.cached_seconds * 3 <= loads.first_seconds
+def test_the_second_load_reads_the_cache_and_is_identical(loads: Loads) -> None:
+    # that the cached load is faster is a timing claim, not asserted here (bench/ does not
+    # measure loading yet); what makes it faster is: it does not dequantize again
+    assert loads.first_dequantized
+    assert not loads.cached_dequantized
     assert loads.cached.config == loads.first.config
     assert loads.cached.name == loads.first.name
     assert loads.cached.weights.keys() == loads.first.weights.keys()

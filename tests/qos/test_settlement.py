@@ -9,15 +9,9 @@ import httpx
 import pytest
 
 from parley.services import Services
-from tests.helpers import user_headers
 from tests.qos.test_budget import budget, estimate, follow, tier
 from tests.runs.helpers import new_chat, send_json, stored_message
 from tests.waiting import eventually
-
-
-@pytest.fixture
-async def auth(run_client: httpx.AsyncClient) -> dict[str, str]:
-    return await user_headers(run_client, "ada@example.com")
 
 
 @pytest.mark.parametrize(

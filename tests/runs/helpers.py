@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
+
+from tests.waiting import eventually
 
 JSON = {"Accept": "application/json"}
 
@@ -37,12 +37,12 @@ async def stored_message(
 
 
 async def wait_run(
-    client: httpx.AsyncClient, auth: dict[str, str], run_id: str, timeout: float = 10
+    client: httpx.AsyncClient, auth: dict[str, str], run_id: str, timeout: float = 30
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The run once it has ended."""
+
+    async def ended() -> dict[str, Any] | None:
         run: dict[str, Any] = (await client.get(f"/api/runs/{run_id}", headers=auth)).json()
-        if run["status"] in {"completed", "cancelled", "failed", "rejected"}:
-            return run
-        assert time.monotonic() < deadline, run
-        await asyncio.sleep(0.05)
+        return run if run["status"] in {"completed", "cancelled", "failed", "rejected"} else None
+
+    return await eventually(ended, f"run {run_id} to end", timeout=timeout)

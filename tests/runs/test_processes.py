@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -120,12 +119,10 @@ async def _send(
     after_deltas: int,
     act: Callable[[], None],
     then_stop: bool,
-) -> tuple[list[Event], float]:
+) -> list[Event]:
     """Send a prompt and read its stream; after ``after_deltas`` deltas call ``act`` (and
-    stop reading if ``then_stop``, else read on to ``done``). Returns the events and when
-    ``act`` ran."""
+    stop reading if ``then_stop``, else read on to ``done``). Returns the events."""
     seen: list[Event] = []
-    acted_at = 0.0
     async with (
         httpx.AsyncClient(base_url=base, timeout=30) as c,
         c.stream(
@@ -136,12 +133,11 @@ async def _send(
             seen.append(ev)
             if ev.event == "delta" and sum(e.event == "delta" for e in seen) == after_deltas:
                 act()
-                acted_at = time.monotonic()
                 if then_stop:
                     break
             if ev.event == "done":
                 break
-    return seen, acted_at
+    return seen
 
 
 async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: Cluster) -> None:
@@ -152,7 +148,7 @@ async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: C
     chat_id = await _chat(base1, auth)
 
     # the api process dies mid-stream
-    seen, _ = await _send(base1, auth, chat_id, after_deltas=10, act=api1.kill, then_stop=True)
+    seen = await _send(base1, auth, chat_id, after_deltas=10, act=api1.kill, then_stop=True)
     run_id = seen[0].data["run_id"]
     resume = {**auth, "Last-Event-ID": str(seen[-1].id)}
     rest = await _read(base2, resume, f"/api/runs/{run_id}/events")
@@ -172,12 +168,11 @@ async def test_sigkill_of_the_worker_mid_stream_fails_the_run_with_its_partial_t
     worker = cluster.worker()
     auth = await _login(base)
     chat_id = await _chat(base, auth)
-    # the waiting client reads on until its terminal event
-    seen, killed_at = await _send(
-        base, auth, chat_id, after_deltas=5, act=worker.kill, then_stop=False
-    )
-    waited = time.monotonic() - killed_at
-    assert waited < 2 + 3, f"terminal event came {waited:.1f}s after the kill"
+    # the waiting client reads on until its terminal event; it comes (how soon after the
+    # kill, about the lease + a sweep, is a timing claim: not asserted here, and bench/ does
+    # not measure it yet). The deadline only keeps a missing event from waiting forever.
+    async with asyncio.timeout(60):
+        seen = await _send(base, auth, chat_id, after_deltas=5, act=worker.kill, then_stop=False)
     assert [e.event for e in seen[-2:]] == ["error", "done"]
     assert seen[-1].data["status"] == "failed"
     run = await _run(base, auth, seen[0].data["run_id"])
@@ -203,13 +198,17 @@ async def test_sigkill_before_the_first_token_requeues_and_another_worker_finish
             headers={**auth, "Accept": "application/json"},
         )
         run_id = r.json()["run_id"]
-    while (await _run(base, auth, run_id))["status"] != "running":
-        await asyncio.sleep(0.05)
+
+    def status_is(status: str) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return bool((await _run(base, auth, run_id))["status"] == status)
+
+        return check
+
+    await eventually(status_is("running"), "the worker to claim the run")
     worker.kill()
-    killed_at = time.monotonic()
-    while (await _run(base, auth, run_id))["status"] != "queued":
-        assert time.monotonic() - killed_at < 2 + 3, "not re-queued within the lease + 3 s"
-        await asyncio.sleep(0.1)
+    # re-queued once the lease lapses (how soon is a timing claim, not asserted here)
+    await eventually(status_is("queued"), "the sweeper to re-queue the run")
     cluster.worker()
     evs = await _read(base, auth, f"/api/runs/{run_id}/events")
     statuses = [e.data["status"] for e in evs if e.event == "status"]

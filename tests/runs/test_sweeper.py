@@ -4,7 +4,6 @@ partial text."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from parley.runs.worker import Worker
 from parley.services import Services
 from tests.runs.helpers import new_chat, send_json, stored_message, wait_run
 from tests.sse import collect
+from tests.waiting import eventually
 
 
 @pytest.mark.parametrize(
@@ -53,13 +53,12 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
     assert run_b["error"]["code"] == "worker_lost"
     message = await stored_message(run_client, auth, chat_id, b["message_id"])
     assert (message["status"], message["content"]) == ("failed", "partial text")
-    deadline = time.monotonic() + 5
-    while True:
+
+    async def a_requeued() -> bool:
         run_a = (await run_client.get(f"/api/runs/{a['run_id']}", headers=auth)).json()
-        if run_a["status"] == RunStatus.QUEUED:
-            break
-        assert time.monotonic() < deadline, run_a
-        await asyncio.sleep(0.05)
+        return bool(run_a["status"] == RunStatus.QUEUED)
+
+    await eventually(a_requeued, "the sweeper to re-queue the run that had no token")
     # a new worker picks the re-queued run up and finishes it; the failed one stays failed
     fresh = Worker(
         run_services.db,

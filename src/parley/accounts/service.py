@@ -9,10 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts import tokens
 from parley.accounts.passwords import Passwords
-from parley.accounts.throttle import LoginThrottle
+from parley.accounts.policy import check_password
+from parley.accounts.throttle import AccountThrottles
 from parley.config import Settings
-from parley.domain import CredentialKind, utcnow
-from parley.errors import InvalidRequest, NotFound, RateLimited, Unauthenticated
+from parley.domain import CredentialKind, is_id, utcnow
+from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
 from parley.store import credentials, users
 from parley.store.database import Database
 from parley.store.schema import ApiKey, User
@@ -50,14 +51,17 @@ class Accounts:
         db: Database,
         settings: Settings,
         passwords: Passwords,
-        throttle: LoginThrottle,
+        throttles: AccountThrottles,
     ) -> None:
         self._db = db
         self._settings = settings
         self._passwords = passwords
-        self._throttle = throttle
+        self._throttles = throttles
+        self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
 
-    async def signup(self, email: str, password: str) -> Login:
+    async def signup(self, email: str, password: str, client: str | None = None) -> Login:
+        check_password(password, email=email)  # refusals cost no sign-up attempt
+        await self._throttles.before_signup(client)
         password_hash = await self._passwords.hash(password)
         async with self._db.transaction() as s:
             user = await users.create_user(
@@ -66,16 +70,7 @@ class Accounts:
             return await self._open_session(s, user)
 
     async def login(self, email: str, password: str, client: str | None) -> Login:
-        keys = [f"email:{users.normalize_email(email)}"]
-        if client:
-            keys.append(f"client:{client}")
-        wait = self._throttle.retry_after(keys)
-        if wait is not None:
-            raise RateLimited(
-                "too many failed logins; try again later",
-                code="too_many_login_attempts",
-                retry_after=wait,
-            )
+        await self._throttles.before_password_check(email, client)
         async with self._db.transaction() as s:
             user = await users.find_user_by_email(s, email)
         if user is None:
@@ -83,15 +78,35 @@ class Accounts:
         else:
             verdict = await self._passwords.verify(user.password_hash, password)
             if verdict.ok:
-                self._throttle.succeeded(keys[0])
+                await self._throttles.password_ok(email, client)
                 async with self._db.transaction() as s:
                     user = await users.get_user(s, user.id) or user
                     if verdict.needs_rehash:
                         new_hash = await self._passwords.hash(password)
                         await users.set_password_hash(s, user, new_hash)
                     return await self._open_session(s, user)
-        self._throttle.failed(keys)
         raise Unauthenticated("email or password is wrong", code="invalid_login")
+
+    async def change_password(
+        self, principal: Principal, current: str, new: str, client: str | None
+    ) -> int:
+        """Set a new password (the current one must be given: guesses are throttled as
+        logins are) and end every other session of the user; how many were ended."""
+        check_password(new, email=principal.email, param="new_password")
+        await self._throttles.before_password_check(principal.email, client)
+        user = await self.me(principal)
+        if not (await self._passwords.verify(user.password_hash, current)).ok:
+            raise ValidationFailed(
+                "the current password is wrong", code="wrong_password", param="current_password"
+            )
+        await self._throttles.password_ok(principal.email, client)
+        new_hash = await self._passwords.hash(new)
+        async with self._db.transaction() as s:
+            user = await users.get_user(s, principal.user_id) or user
+            await users.set_password_hash(s, user, new_hash)
+            return await credentials.revoke_sessions(
+                s, user_id=principal.user_id, keep=principal.credential_id
+            )
 
     async def logout(self, principal: Principal) -> None:
         if principal.kind is not CredentialKind.SESSION:
@@ -100,6 +115,26 @@ class Accounts:
             await credentials.revoke_session(
                 s, user_id=principal.user_id, session_id=principal.credential_id
             )
+
+    async def logout_everywhere(self, principal: Principal) -> int:
+        """End every session of the user, this one too; how many were ended."""
+        async with self._db.transaction() as s:
+            return await credentials.revoke_sessions(s, user_id=principal.user_id)
+
+    async def list_sessions(self, principal: Principal) -> list[SessionRow]:
+        async with self._db.transaction() as s:
+            return await credentials.list_live_sessions(s, principal.user_id, utcnow(), self._idle)
+
+    async def end_session(self, principal: Principal, session_id: str) -> None:
+        """End one of the user's sessions; NotFound for anyone else's (or an ended one)."""
+        found = is_id("sess", session_id)  # an id never issued is looked up nowhere
+        if found:
+            async with self._db.transaction() as s:
+                found = await credentials.revoke_session(
+                    s, user_id=principal.user_id, session_id=session_id
+                )
+        if not found:
+            raise no_such("session", session_id, code="session_not_found", param="session_id")
 
     async def authenticate(self, token: str) -> Principal:
         """The principal a bearer token or session cookie stands for, or Unauthenticated."""
@@ -113,8 +148,10 @@ class Accounts:
                 if credential is not None:
                     await credentials.touch_api_key(s, credential, now)
             else:
-                credential = await credentials.find_live_session(s, token_hash, now)
+                credential = await credentials.find_live_session(s, token_hash, now, self._idle)
                 kind = CredentialKind.SESSION
+                if credential is not None:
+                    await credentials.touch_session(s, credential, now)
             user = await users.get_user(s, credential.user_id) if credential else None
         if credential is None or user is None:
             raise Unauthenticated(
@@ -152,12 +189,14 @@ class Accounts:
             return await credentials.list_api_keys(s, principal.user_id)
 
     async def revoke_api_key(self, principal: Principal, key_id: str) -> None:
-        async with self._db.transaction() as s:
-            found = await credentials.revoke_api_key(s, user_id=principal.user_id, key_id=key_id)
+        found = is_id("key", key_id)  # an id never issued is looked up nowhere
+        if found:
+            async with self._db.transaction() as s:
+                found = await credentials.revoke_api_key(
+                    s, user_id=principal.user_id, key_id=key_id
+                )
         if not found:
-            raise NotFound(
-                f"no API key with id {key_id!r}", code="api_key_not_found", param="key_id"
-            )
+            raise no_such("API key", key_id, code="api_key_not_found", param="key_id")
 
     def csrf_token(self, session_id: str) -> str:
         return tokens.csrf_token(self._settings.secret_key.get_secret_value(), session_id)

@@ -1,88 +1,86 @@
-"""Slowing down repeated failed logins.
+"""Throttling password guesses and sign-ups, on the bus (so every api process agrees).
 
-Each key (the account's email, the client's address) may fail ``free_failures``
-times within ``window``; after that every further attempt must wait
-2^(failures - free_failures) seconds after the last failure, up to
-``max_delay``. A success clears the email's record. The in-process
-implementation suits one api process; a shared one comes with the bus.
+Logins (and password changes, which check the current password) count by **(email, client
+address)**: ``login_free_failures`` attempts, then each further one must wait 1, 2, 4 … s
+after the one before, up to ``login_max_delay_seconds``: a 429 with ``Retry-After``. An
+attacker so locks out only their own address, never the owner's. Per **email** from any
+address there is a higher count (``login_email_free_failures``) past which an attempt is
+held for the same schedule, capped at ``login_email_max_delay_seconds``, then checked as
+usual: that slows a guesser spread over many addresses and never refuses the right
+password. A success forgets both records. Attempts are recorded before the password is
+checked, atomically, so concurrent guesses cannot all pass one check.
+
+Sign-ups count by client address (``signup_free_attempts_per_address`` a window, then the
+same doubling up to the window): an answer of "this email is taken" is the price of a clear
+sign-up, and this bounds how many addresses one client can test.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Protocol
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from parley.bus.interface import Backoff, Bus
+from parley.config import Settings
+from parley.errors import RateLimited
+
+UNKNOWN_ADDRESS = "unknown"
 
 
-class LoginThrottle(Protocol):
-    def retry_after(self, keys: Iterable[str]) -> float | None:
-        """Seconds the caller must wait before trying again, or None."""
-
-    def failed(self, keys: Iterable[str]) -> None: ...
-
-    def succeeded(self, key: str) -> None: ...
-
-
-@dataclass(slots=True)
-class _Record:
-    failures: int
-    first_at: float
-    last_at: float
-
-
-class MemoryLoginThrottle:
-    MAX_KEYS = 100_000
-
+class AccountThrottles:
     def __init__(
         self,
+        bus: Bus,
+        settings: Settings,
         *,
-        free_failures: int,
-        window: float,
-        max_delay: float,
-        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._free = free_failures
-        self._window = window
-        self._max_delay = max_delay
-        self._clock = clock
-        self._records: dict[str, _Record] = {}
+        self._bus = bus
+        self._sleep = sleep
+        window = settings.login_failure_window_seconds
+        self._pair = Backoff(settings.login_free_failures, settings.login_max_delay_seconds, window)
+        self._email = Backoff(
+            settings.login_email_free_failures, settings.login_email_max_delay_seconds, window
+        )
+        self._signup = Backoff(
+            settings.signup_free_attempts_per_address,
+            settings.signup_window_seconds,
+            settings.signup_window_seconds,
+        )
 
-    def retry_after(self, keys: Iterable[str]) -> float | None:
-        now = self._clock()
-        waits = [w for k in keys if (w := self._wait(k, now)) is not None]
-        return max(waits) if waits else None
+    async def before_password_check(self, email: str, address: str | None) -> None:
+        """Count a password guess for ``email`` from ``address``: RateLimited when that pair
+        has failed too often; held a while when the email has, from anywhere."""
+        pair = await self._bus.attempt(_pair_key(email, address), self._pair)
+        if not pair.allowed:
+            raise RateLimited(
+                "too many failed logins from here; try again later",
+                code="too_many_login_attempts",
+                retry_after=pair.wait,
+            )
+        hot = await self._bus.attempt(_email_key(email), self._email, refuse=False)
+        if hot.wait > 0:
+            await self._sleep(hot.wait)
 
-    def failed(self, keys: Iterable[str]) -> None:
-        now = self._clock()
-        for key in keys:
-            record = self._live(key, now)
-            if record is None:
-                self._records[key] = _Record(failures=1, first_at=now, last_at=now)
-            else:
-                record.failures += 1
-                record.last_at = now
-        if len(self._records) > self.MAX_KEYS:
-            self._prune(now)
+    async def password_ok(self, email: str, address: str | None) -> None:
+        """The password was right: forget the failures of the pair and of the email."""
+        await self._bus.forget_attempts(_pair_key(email, address))
+        await self._bus.forget_attempts(_email_key(email))
 
-    def succeeded(self, key: str) -> None:
-        self._records.pop(key, None)
+    async def before_signup(self, address: str | None) -> None:
+        """Count a sign-up from ``address``; RateLimited past the allowance."""
+        attempt = await self._bus.attempt(f"signup\x1f{address or UNKNOWN_ADDRESS}", self._signup)
+        if not attempt.allowed:
+            raise RateLimited(
+                "too many sign-ups from this address; try again later",
+                code="too_many_signups",
+                retry_after=attempt.wait,
+            )
 
-    def _wait(self, key: str, now: float) -> float | None:
-        record = self._live(key, now)
-        if record is None or record.failures < self._free:
-            return None
-        delay = min(2.0 ** (record.failures - self._free), self._max_delay)
-        remaining = record.last_at + delay - now
-        return remaining if remaining > 0 else None
 
-    def _live(self, key: str, now: float) -> _Record | None:
-        record = self._records.get(key)
-        if record is not None and now - record.last_at > max(self._window, self._max_delay):
-            del self._records[key]
-            return None
-        return record
+def _pair_key(email: str, address: str | None) -> str:
+    return f"login\x1f{email.strip().lower()}\x1f{address or UNKNOWN_ADDRESS}"
 
-    def _prune(self, now: float) -> None:
-        for key in list(self._records):
-            self._live(key, now)
+
+def _email_key(email: str) -> str:
+    return f"login-email\x1f{email.strip().lower()}"

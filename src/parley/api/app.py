@@ -8,7 +8,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from parley import __version__
+from parley.api.docs import OPENAPI_URL, docs_enabled, mount_docs
+from parley.api.edge import Edge
 from parley.api.error_responses import install_error_handlers
+from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
 from parley.api.routes import auth, chats, health, keys, runs
 from parley.api.web import SecurityHeaders, mount_web
@@ -26,17 +29,25 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
         if close_services:
             await services.close()
 
+    docs = docs_enabled(services.settings)
     app = FastAPI(
         title="parley",
         version=__version__,
         summary="A self-hostable ChatGPT-style chat service.",
         lifespan=lifespan,
+        openapi_url=OPENAPI_URL if docs else None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = services
     install_error_handlers(app)
     for module in (health, auth, keys, chats, runs):
         app.include_router(module.router)
     mount_web(app)
+    if docs:
+        mount_docs(app)
     app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(Edge)  # request ids, 500s, no-store, relative redirects
+    install_hsts(app, services.settings)  # outermost: Edge's own 500s carry it too
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
@@ -66,6 +68,46 @@ async def principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(principal)]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def client_address(request: Request, svc: ServicesDep) -> str | None:
+    """The address of the client (what throttles count by). ``X-Forwarded-For`` is believed
+    only from a peer in ``trusted_proxies``, and then only up to the nearest address that
+    is no trusted proxy: everything left of it is whatever the client chose to send."""
+    peer = request.client.host if request.client else None
+    trusted = svc.settings.trusted_proxies
+    if peer is None or not _trusted(peer, trusted):
+        return peer
+    hops = [
+        hop.strip()
+        for header in request.headers.getlist("x-forwarded-for")
+        for hop in header.split(",")
+        if hop.strip()
+    ]
+    for hop in reversed(hops):
+        if not _trusted(hop, trusted):
+            return _canonical(hop)
+    return _canonical(hops[0]) if hops else peer
+
+
+def _trusted(address: str, trusted: Sequence[Network]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip.version == net.version and ip in net for net in trusted)
+
+
+def _canonical(address: str) -> str:
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address[:100]  # not an address: still a key, never a trusted one
+
+
+ClientAddressDep = Annotated[str | None, Depends(client_address)]
 
 
 async def session_principal(who: PrincipalDep) -> Principal:

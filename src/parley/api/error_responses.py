@@ -2,12 +2,12 @@
 
 Every error body is made from an error of the tree (``parley.errors``): the tree's own
 errors, FastAPI's validation errors, Starlette's HTTP errors (404 for an unknown path, 405,
-...), the body limit's 413 and unexpected exceptions (500) are all turned into one first.
+...), the body limit's 413 and unexpected exceptions (500, answered by ``api/edge.py`` with
+a request id) are all turned into one first.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -29,8 +29,6 @@ from parley.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-
-log = logging.getLogger(__name__)
 
 _HTTP_ERRORS: dict[int, tuple[type[ParleyError], str | None]] = {
     400: (InvalidRequest, "bad_request"),
@@ -112,11 +110,6 @@ def _allowed_methods(request: Request) -> list[str]:
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
-async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=exc)
-    return parley_error_response(ParleyError("internal server error"))
-
-
 def _param(loc: Sequence[Any]) -> str | None:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "cookie")]
     return ".".join(parts) or None
@@ -126,4 +119,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ParleyError, _on_parley_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
-    app.add_exception_handler(Exception, _on_unexpected)
+    # unexpected exceptions (500) are answered by api/edge.Edge, which keeps the connection

@@ -101,6 +101,37 @@ class MeOut(BaseModel):
     credential: Literal["session", "api_key"]
 
 
+class PasswordChange(Strict):
+    current_password: Annotated[Text, Field(min_length=1, max_length=1024)]
+    new_password: Annotated[Text, Field(min_length=8, max_length=1024)]
+
+
+class PasswordChanged(BaseModel):
+    object: Literal["password.changed"] = "password.changed"
+    other_sessions_ended: int = Field(description="Sessions ended; this one goes on.")
+
+
+class SessionsEnded(BaseModel):
+    object: Literal["sessions.ended"] = "sessions.ended"
+    ended: int
+
+
+class SessionOut(BaseModel):
+    """A login session (its token is never shown again)."""
+
+    id: str
+    object: Literal["session"] = "session"
+    created_at: datetime
+    last_used_at: datetime = Field(description="Updated at most once a minute.")
+    expires_at: datetime = Field(description="Its lifetime; unused for the idle timeout, it ends.")
+    current: bool = Field(description="The session this request was made with.")
+
+
+class SessionList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[SessionOut]
+
+
 class ApiKeyCreate(Strict):
     name: Annotated[Text, Field(min_length=1)]
 

@@ -85,6 +85,44 @@ class TokenReservation:
     retry_after: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """A throttle's schedule: ``free`` attempts, then each further one at least
+    2^(attempts - free) seconds after the one before, at most ``max_delay``; a record is
+    forgotten ``forget_after`` seconds after its latest attempt (never before its delay)."""
+
+    free: int
+    max_delay: float
+    forget_after: float
+
+    def __post_init__(self) -> None:
+        if self.free < 0 or self.max_delay <= 0 or self.forget_after <= 0:
+            raise ValueError("a backoff needs free >= 0 and a positive delay and lifetime")
+
+    @property
+    def lifetime(self) -> float:
+        """Seconds a record outlives its latest attempt."""
+        return max(self.forget_after, self.max_delay)
+
+    def delay(self, attempts: int) -> float:
+        """The least time between the latest of ``attempts`` attempts and the next one."""
+        if attempts < self.free:
+            return 0.0
+        return min(2.0 ** min(attempts - self.free, 64), self.max_delay)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The answer to an attempt: ``allowed`` (recorded) or refused (nothing recorded);
+    ``attempts`` is the record's count after it; ``wait`` how much too early it came (0.0
+    when on time, at most the backoff's ``max_delay``): for a refused attempt its
+    ``Retry-After``, for one let through early how long to hold it."""
+
+    allowed: bool
+    attempts: int
+    wait: float = 0.0
+
+
 class QueueFull(Unavailable):
     code = "queue_full"
 
@@ -174,8 +212,28 @@ class Bus(Protocol):
     async def peek_tokens(self, user_id: str, bucket: TokenBucket) -> TokenBalance:
         """The balance now, refill included; changes nothing."""
 
+    # -- attempt throttles (logins, sign-ups), by an opaque key -----------------------------
+
+    async def attempt(self, key: str, backoff: Backoff, *, refuse: bool = True) -> Attempt:
+        """Record an attempt at ``key`` if ``backoff`` lets one come now, atomically (so a
+        burst of concurrent attempts cannot all pass one check). One that comes too early is
+        refused and not recorded; with ``refuse=False`` it is recorded all the same, as made
+        when it may go ahead (the caller holds it for ``wait`` instead)."""
+
+    async def forget_attempts(self, key: str) -> None:
+        """Drop ``key``'s record (after a success)."""
+
+
+_DIGITS = frozenset("0123456789")
+
 
 def valid_entry_id(value: str) -> bool:
-    """Entry ids look like Redis stream ids: ``<ms>-<seq>``."""
+    """Entry ids look like Redis stream ids: ``<ms>-<seq>``, each part ASCII digits (not
+    any Unicode digit ``str.isdigit`` takes, such as ``²``) and below 2**64."""
     ms, sep, seq = value.partition("-")
-    return bool(sep) and ms.isdigit() and seq.isdigit() and len(value) <= 41
+    return (
+        bool(sep)
+        and all(0 < len(part) <= 20 and _DIGITS.issuperset(part) for part in (ms, seq))
+        and int(ms) < 2**64
+        and int(seq) < 2**64
+    )

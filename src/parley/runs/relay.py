@@ -1,9 +1,10 @@
 """Relaying a run's stream to a client as SSE, resumable from any event id.
 
 A client that disconnects only stops its relay; the run goes on. Reconnecting
-with ``Last-Event-ID`` gives exactly the events after that id. When the stream
-has expired, the stored message is sent as one ``delta`` (``replace: true``)
-and a ``done``.
+with ``Last-Event-ID`` gives exactly the events after that id (ids are checked
+before any byte is sent). When the stream has expired, or a run that has ended
+has nothing after the id given, the stored message is sent as one ``delta``
+(``replace: true``) and a ``done``.
 """
 
 from __future__ import annotations
@@ -38,15 +39,12 @@ class Relay:
         """Check access and take a stream slot now (errors before any byte is sent).
 
         ``owned``: the caller has just made or read this run for this user."""
-        if last_event_id is not None and not valid_entry_id(last_event_id):
-            raise InvalidRequest(
-                "Last-Event-ID is not an event id of this stream",
-                code="invalid_last_event_id",
-                param="Last-Event-ID",
-            )
+        after = resume_after(last_event_id)
+        ended = False
         if not owned:
             async with self._db.transaction() as s:
-                await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
+                run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
+            ended = run.status.is_terminal
         slot = secrets.token_hex(8)
         if not await self._hold(who, slot):
             raise RateLimited(
@@ -54,7 +52,7 @@ class Relay:
                 code="too_many_streams",
                 retry_after=self._settings.ping_interval_seconds,
             )
-        return self._relay(who, run_id, last_event_id, slot)
+        return self._relay(who, run_id, after, slot, ended=ended)
 
     async def _hold(self, who: Principal, slot: str) -> bool:
         """Take, or refresh, one of the user's stream slots (a held slot always refreshes)."""
@@ -66,13 +64,17 @@ class Relay:
         )
 
     async def _relay(
-        self, who: Principal, run_id: str, after: str | None, slot: str
+        self, who: Principal, run_id: str, after: str | None, slot: str, *, ended: bool
     ) -> AsyncIterator[str]:
+        """Events after ``after`` until ``done``. With nothing (more) to read, a run that has
+        ended answers from the store and closes: its stream is gone, or the client's id
+        lies past its end (``resumed``); an ended run is looked at before any wait."""
+        resumed = after is not None
+        wait = 0.0 if ended else self._settings.ping_interval_seconds
         try:
             while True:
-                entries = await self._bus.read(
-                    run_id, after, timeout=self._settings.ping_interval_seconds
-                )
+                entries = await self._bus.read(run_id, after, timeout=wait)
+                wait = self._settings.ping_interval_seconds
                 for entry in entries:
                     yield sse_frame(entry)
                     after = entry.id
@@ -80,7 +82,7 @@ class Relay:
                         return
                 if entries:
                     continue
-                if not await self._bus.stream_exists(run_id):
+                if resumed or not await self._bus.stream_exists(run_id):
                     stored = await self._stored(who, run_id)
                     if stored is not None:
                         for frame in stored:
@@ -94,7 +96,8 @@ class Relay:
                 await self._bus.close_stream(who.user_id, slot)
 
     async def _stored(self, who: Principal, run_id: str) -> list[str] | None:
-        """The finished run from the store, when its stream is gone; None if not finished."""
+        """The finished run from the store as a ``delta`` (``replace``) and ``done``; None
+        while it has not ended."""
         async with self._db.transaction() as s:
             run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
             message = await run_records.assistant_message(s, run)
@@ -109,6 +112,18 @@ class Relay:
             ),
             sse_frame(StreamEntry(STORED_DONE_ID, done_event(run))),
         ]
+
+
+def resume_after(last_event_id: str | None) -> str | None:
+    """The one check of a client's ``Last-Event-ID`` (header or query): an id the bus could
+    have issued (ASCII digits, ``<ms>-<seq>``), else InvalidRequest before any byte."""
+    if last_event_id is not None and not valid_entry_id(last_event_id):
+        raise InvalidRequest(
+            "Last-Event-ID is not an event id of this stream",
+            code="invalid_last_event_id",
+            param="Last-Event-ID",
+        )
+    return last_event_id
 
 
 async def run_of(db: Database, who: Principal, run_id: str) -> Run:

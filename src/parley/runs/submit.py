@@ -20,7 +20,7 @@ from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.domain import utcnow
-from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed
+from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
 from parley.qos.budget import Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.store import chats, run_records
@@ -115,13 +115,13 @@ class Submitter:
         model = asked or self._models[0]
         if model not in self._models:
             raise ValidationFailed(
-                f"unknown model {model!r}; available: {', '.join(self._models)}",
+                f"unknown model {quoted(model)}; available: {', '.join(self._models)}",
                 code="model_not_found",
                 param="model",
             )
         if "*" not in tier.models and model not in tier.models:
             raise PermissionDenied(
-                f"the {tier_name} tier may not use model {model!r}", code="model_not_allowed"
+                f"the {tier_name} tier may not use model {quoted(model)}", code="model_not_allowed"
             )
         return model
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import new_id, utcnow
-from parley.errors import NotFound
-from parley.store.pages import Page, decode_cursor, invalid_cursor, page_of
+from parley.domain import is_id, new_id, utcnow
+from parley.errors import NotFound, no_such
+from parley.store.pages import Cursors, Page, invalid_cursor, page_of
 from parley.store.schema import Chat, Message, Run
 
 Order = Literal["asc", "desc"]
 
 
+CHATS_CURSOR = "chats"
+_MAX_SEQ = 2**63 - 1  # a BIGINT's largest
+
+
 def _chat_not_found(chat_id: str) -> NotFound:
-    return NotFound(f"no chat with id {chat_id!r}", code="chat_not_found", param="chat_id")
+    return no_such("chat", chat_id, code="chat_not_found", param="chat_id")
 
 
 async def create_chat(s: AsyncSession, *, user_id: str, title: str) -> Chat:
@@ -38,6 +42,8 @@ async def create_chat(s: AsyncSession, *, user_id: str, title: str) -> Chat:
 
 async def get_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> Chat:
     """The user's chat, or NotFound: another user's chat does not exist for this one."""
+    if not is_id("chat", chat_id):
+        raise _chat_not_found(chat_id)
     chat = await s.scalar(select(Chat).where(Chat.user_id == user_id, Chat.id == chat_id))
     if chat is None:
         raise _chat_not_found(chat_id)
@@ -45,13 +51,12 @@ async def get_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> Chat:
 
 
 async def list_chats(
-    s: AsyncSession, *, user_id: str, limit: int, cursor: str | None
+    s: AsyncSession, *, user_id: str, limit: int, cursor: str | None, cursors: Cursors
 ) -> Page[Chat]:
     """The user's chats, most recent activity first."""
     query = select(Chat).where(Chat.user_id == user_id)
     if cursor is not None:
-        at_iso, last_id = decode_cursor(cursor, str, str)
-        at = _parse_time(at_iso)
+        at, last_id = chats_after(cursors, cursor)
         query = query.where(
             or_(
                 Chat.last_activity_at < at,
@@ -60,7 +65,21 @@ async def list_chats(
         )
     query = query.order_by(Chat.last_activity_at.desc(), Chat.id.desc()).limit(limit + 1)
     rows = list(await s.scalars(query))
-    return page_of(rows, limit, lambda c: (c.last_activity_at.isoformat(), c.id))
+    return page_of(
+        rows,
+        limit,
+        lambda c: cursors.seal(
+            CHATS_CURSOR, (c.last_activity_at.astimezone(UTC).isoformat(), c.id)
+        ),
+    )
+
+
+def chats_after(cursors: Cursors, cursor: str) -> tuple[datetime, str]:
+    """The one decoder of a chat listing's cursor: (last activity, in UTC; chat id)."""
+    match cursors.open(CHATS_CURSOR, cursor):
+        case [str() as at_text, str() as chat_id] if is_id("chat", chat_id):
+            return _utc_time(at_text), chat_id
+    raise invalid_cursor()
 
 
 async def rename_chat(s: AsyncSession, *, user_id: str, chat_id: str, title: str) -> Chat:
@@ -86,15 +105,30 @@ async def list_messages(
     limit: int,
     cursor: str | None,
     order: Order,
+    cursors: Cursors,
 ) -> Page[Message]:
     await get_chat(s, user_id=user_id, chat_id=chat_id)
     query = select(Message).where(Message.user_id == user_id, Message.chat_id == chat_id)
     if cursor is not None:
-        (seq,) = decode_cursor(cursor, int)
+        seq = messages_after(cursors, chat_id, cursor)
         query = query.where(Message.seq < seq if order == "desc" else Message.seq > seq)
     by = Message.seq.desc() if order == "desc" else Message.seq.asc()
     rows = list(await s.scalars(query.order_by(by).limit(limit + 1)))
-    return page_of(rows, limit, lambda m: (m.seq,))
+    kind = messages_cursor_kind(chat_id)
+    return page_of(rows, limit, lambda m: cursors.seal(kind, (m.seq,)))
+
+
+def messages_cursor_kind(chat_id: str) -> str:
+    """A chat's history pages by cursors sealed for that chat only."""
+    return f"messages:{chat_id}"
+
+
+def messages_after(cursors: Cursors, chat_id: str, cursor: str) -> int:
+    """The one decoder of a history cursor: the seq of the page's last message."""
+    match cursors.open(messages_cursor_kind(chat_id), cursor):
+        case [int() as seq] if type(seq) is int and 0 <= seq <= _MAX_SEQ:
+            return seq
+    raise invalid_cursor()
 
 
 async def add_message(s: AsyncSession, message: Message) -> Message:
@@ -117,11 +151,13 @@ def new_message_id() -> str:
     return new_id("msg")
 
 
-def _parse_time(value: str) -> datetime:
+def _utc_time(value: str) -> datetime:
+    """An ISO time with its offset, in UTC; InvalidRequest if it has none or leaves the
+    range of a datetime once in UTC (year 1 at +01:00, year 9999 at -01:00)."""
     try:
         at = datetime.fromisoformat(value)
-    except ValueError:
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise invalid_cursor()
+        return at.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise invalid_cursor() from None
-    if at.tzinfo is None:
-        raise invalid_cursor()
-    return at

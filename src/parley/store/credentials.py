@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import new_id, utcnow
 from parley.store.schema import ApiKey, Session
 
-# A key's last_used_at is refreshed at most this often, so reads stay reads.
+# A session's or key's last_used_at is refreshed at most this often, so reads stay reads.
 LAST_USED_GRANULARITY = timedelta(minutes=1)
 
 
@@ -28,6 +28,7 @@ async def create_session(
         token_hash=token_hash,
         created_at=now,
         expires_at=now + ttl,
+        last_used_at=now,  # logging in is a use
         revoked_at=None,
     )
     s.add(row)
@@ -35,22 +36,64 @@ async def create_session(
     return row
 
 
-async def find_live_session(s: AsyncSession, token_hash: str, now: datetime) -> Session | None:
-    return await s.scalar(
+def session_live(row: Session, now: datetime, idle: timedelta) -> bool:
+    """Not revoked, not expired, and used within ``idle``."""
+    last_used = row.last_used_at or row.created_at
+    return row.revoked_at is None and row.expires_at > now and now - last_used < idle
+
+
+async def find_live_session(
+    s: AsyncSession, token_hash: str, now: datetime, idle: timedelta
+) -> Session | None:
+    row = await s.scalar(
         select(Session).where(
             Session.token_hash == token_hash,
             Session.revoked_at.is_(None),
             Session.expires_at > now,
         )
     )
+    return row if row is not None and session_live(row, now, idle) else None
 
 
-async def revoke_session(s: AsyncSession, *, user_id: str, session_id: str) -> None:
-    await s.execute(
+async def touch_session(s: AsyncSession, session: Session, now: datetime) -> None:
+    """Record a use; written at most once a LAST_USED_GRANULARITY, so reads stay reads."""
+    if session.last_used_at is None or now - session.last_used_at > LAST_USED_GRANULARITY:
+        session.last_used_at = now
+
+
+async def list_live_sessions(
+    s: AsyncSession, user_id: str, now: datetime, idle: timedelta
+) -> list[Session]:
+    """The user's sessions that still authenticate, most recently used first."""
+    rows = await s.scalars(
+        select(Session)
+        .where(Session.user_id == user_id, Session.revoked_at.is_(None), Session.expires_at > now)
+        .order_by(Session.created_at.desc(), Session.id.desc())
+    )
+    live = [row for row in rows if session_live(row, now, idle)]
+    return sorted(live, key=lambda row: row.last_used_at or row.created_at, reverse=True)
+
+
+async def revoke_session(s: AsyncSession, *, user_id: str, session_id: str) -> bool:
+    """Revoke one of the user's sessions; False if it is not theirs or was revoked already."""
+    result = await s.execute(
         update(Session)
         .where(Session.user_id == user_id, Session.id == session_id, Session.revoked_at.is_(None))
         .values(revoked_at=utcnow())
     )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def revoke_sessions(s: AsyncSession, *, user_id: str, keep: str | None = None) -> int:
+    """Revoke every live session of the user but ``keep``; how many were revoked."""
+    now = utcnow()
+    query = update(Session).where(
+        Session.user_id == user_id, Session.revoked_at.is_(None), Session.expires_at > now
+    )
+    if keep is not None:
+        query = query.where(Session.id != keep)
+    result = await s.execute(query.values(revoked_at=now))
+    return int(getattr(result, "rowcount", 0))
 
 
 async def create_api_key(

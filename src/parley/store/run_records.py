@@ -13,8 +13,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus, RunStatus, new_id, utcnow
-from parley.errors import NotFound
+from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, new_id, utcnow
+from parley.errors import NotFound, no_such
 from parley.store import chats
 from parley.store.schema import Message, Run
 
@@ -41,7 +41,7 @@ class DuplicateIdempotencyKey(Exception):
 
 
 def run_not_found(run_id: str) -> NotFound:
-    return NotFound(f"no run with id {run_id!r}", code="run_not_found", param="run_id")
+    return no_such("run", run_id, code="run_not_found", param="run_id")
 
 
 async def create_run(s: AsyncSession, new: NewRun) -> Run:
@@ -99,6 +99,8 @@ async def _add_message(
 
 
 async def get_run(s: AsyncSession, *, user_id: str, run_id: str) -> Run:
+    if not is_id("run", run_id):
+        raise run_not_found(run_id)
     run = await s.scalar(select(Run).where(Run.user_id == user_id, Run.id == run_id))
     if run is None:
         raise run_not_found(run_id)

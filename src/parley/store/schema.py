@@ -98,6 +98,8 @@ class Session(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    # refreshed at most once a minute (store.credentials.LAST_USED_GRANULARITY)
+    last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
 
 

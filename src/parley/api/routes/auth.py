@@ -1,15 +1,17 @@
-"""Accounts: sign up, log in, log out, who am I."""
+"""Accounts: sign up, log in, log out (here or everywhere), change the password, the
+user's sessions, who am I."""
 
 from __future__ import annotations
 
 import math
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Response, status
 
 from parley.accounts.service import Login
 from parley.api.deps import (
     CSRF_COOKIE,
     SESSION_COOKIE,
+    ClientAddressDep,
     PrincipalDep,
     ServicesDep,
     SessionPrincipalDep,
@@ -19,8 +21,14 @@ from parley.api.schemas import (
     AuthOut,
     BudgetOut,
     Credentials,
+    Deleted,
     LoginRequest,
     MeOut,
+    PasswordChange,
+    PasswordChanged,
+    SessionList,
+    SessionOut,
+    SessionsEnded,
     TierOut,
     UserOut,
 )
@@ -34,20 +42,23 @@ router = APIRouter(prefix="/api", tags=["accounts"])
     "/auth/signup",
     status_code=status.HTTP_201_CREATED,
     response_model=AuthOut,
-    responses=errors(*BODY, 409),
+    responses=errors(*BODY, 409, 429),
 )
-async def signup(body: Credentials, response: Response, svc: ServicesDep) -> AuthOut:
-    """Create an account on the default tier and log it in."""
-    login = await svc.accounts.signup(body.email, body.password)
+async def signup(
+    body: Credentials, response: Response, svc: ServicesDep, client: ClientAddressDep
+) -> AuthOut:
+    """Create an account on the default tier and log it in. The password must not be a
+    common one, the email or blank (422 `weak_password`); sign-ups from one address are
+    limited (429 `too_many_signups`)."""
+    login = await svc.accounts.signup(body.email, body.password, client)
     return _logged_in(login, response, svc)
 
 
 @router.post("/auth/login", response_model=AuthOut, responses=errors(*BODY, 401, 429))
 async def login(
-    body: LoginRequest, request: Request, response: Response, svc: ServicesDep
+    body: LoginRequest, response: Response, svc: ServicesDep, client: ClientAddressDep
 ) -> AuthOut:
     """Log in: returns the token and sets it as an HttpOnly cookie."""
-    client = request.client.host if request.client else None
     result = await svc.accounts.login(body.email, body.password, client)
     return _logged_in(result, response, svc)
 
@@ -57,9 +68,66 @@ async def logout(who: SessionPrincipalDep, response: Response, svc: ServicesDep)
     """Revoke the current session and clear its cookies."""
     await svc.accounts.logout(who)
     response.status_code = status.HTTP_204_NO_CONTENT
+    _clear_cookies(response)
+    return response
+
+
+@router.post("/auth/logout-all", response_model=SessionsEnded, responses=errors(*AUTHED))
+async def logout_everywhere(
+    who: SessionPrincipalDep, response: Response, svc: ServicesDep
+) -> SessionsEnded:
+    """End every session of the user, this one included (API keys are revoked apart)."""
+    ended = await svc.accounts.logout_everywhere(who)
+    _clear_cookies(response)
+    return SessionsEnded(ended=ended)
+
+
+@router.post(
+    "/auth/password", response_model=PasswordChanged, responses=errors(*AUTHED, *BODY, 429)
+)
+async def change_password(
+    body: PasswordChange, who: SessionPrincipalDep, svc: ServicesDep, client: ClientAddressDep
+) -> PasswordChanged:
+    """Change the password: needs the current one (422 `wrong_password`; guesses are
+    throttled as logins are). Every other session of the user ends; this one goes on."""
+    ended = await svc.accounts.change_password(
+        who, body.current_password, body.new_password, client
+    )
+    return PasswordChanged(other_sessions_ended=ended)
+
+
+@router.get("/sessions", response_model=SessionList, responses=errors(*AUTHED))
+async def list_sessions(who: SessionPrincipalDep, svc: ServicesDep) -> SessionList:
+    """The user's live sessions, most recently used first."""
+    rows = await svc.accounts.list_sessions(who)
+    return SessionList(
+        data=[
+            SessionOut(
+                id=row.id,
+                created_at=row.created_at,
+                last_used_at=row.last_used_at or row.created_at,
+                expires_at=row.expires_at,
+                current=row.id == who.credential_id,
+            )
+            for row in rows
+        ]
+    )
+
+
+@router.delete("/sessions/{session_id}", response_model=Deleted, responses=errors(*AUTHED, 404))
+async def end_session(
+    session_id: str, who: SessionPrincipalDep, response: Response, svc: ServicesDep
+) -> Deleted:
+    """End one of the user's sessions (this one too: then its cookies are cleared)."""
+    await svc.accounts.end_session(who, session_id)
+    if session_id == who.credential_id:
+        _clear_cookies(response)
+    return Deleted(id=session_id, object="session.deleted")
+
+
+def _clear_cookies(response: Response) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")
-    return response
 
 
 @router.get("/me", response_model=MeOut, responses=errors(*AUTHED))

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from parley import text
 from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
@@ -46,7 +47,9 @@ async def list_chats(
 ) -> ChatList:
     """The user's chats, most recent activity first, paged by cursor."""
     async with svc.db.transaction() as s:
-        page = await chats.list_chats(s, user_id=who.user_id, limit=limit, cursor=cursor)
+        page = await chats.list_chats(
+            s, user_id=who.user_id, limit=limit, cursor=cursor, cursors=svc.cursors
+        )
     return ChatList(
         data=[ChatOut.model_validate(c, from_attributes=True) for c in page.items],
         next_cursor=page.next_cursor,
@@ -93,7 +96,13 @@ async def list_messages(
 ) -> MessageList:
     async with svc.db.transaction() as s:
         page = await chats.list_messages(
-            s, user_id=who.user_id, chat_id=chat_id, limit=limit, cursor=cursor, order=order
+            s,
+            user_id=who.user_id,
+            chat_id=chat_id,
+            limit=limit,
+            cursor=cursor,
+            order=order,
+            cursors=svc.cursors,
         )
     return MessageList(
         data=[MessageOut.model_validate(m, from_attributes=True) for m in page.items],
@@ -103,6 +112,7 @@ async def list_messages(
 
 def _title(raw: str | None, settings: Settings, *, allow_empty: bool) -> str:
     title = " ".join((raw or "").split())
+    text.check_title(title)
     if not title and not allow_empty:
         raise ValidationFailed("title must not be blank", code="invalid_title", param="title")
     if len(title) > settings.max_title_chars:

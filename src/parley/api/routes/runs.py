@@ -26,7 +26,7 @@ from parley.store.schema import Run
 
 router = APIRouter(tags=["runs"])
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 SSE_DOC = (
     "Server-sent events: `id: <event id>`, `event: status|delta|error|done`, `data: <json>`;"
     " comment pings on idle streams. The stream ends after `done`."

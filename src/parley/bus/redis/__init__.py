@@ -15,6 +15,8 @@ its own module with its keys, its Lua scripts and their documentation:
     per-user stream slots: ``ns:user:{<user_id>}:streams``
 ``budget``
     per-user token budgets: ``ns:user:{<user_id>}:budget``
+``throttle``
+    attempt throttles (logins, sign-ups): ``ns:throttle:{<digest>}:attempts``
 ``shared``
     the sections' base class (client, limits, key names), script registration, helpers
 

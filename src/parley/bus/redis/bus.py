@@ -14,11 +14,12 @@ from parley.bus.redis.shared import MAX_BLOCK_SECONDS
 from parley.bus.redis.slots import _SlotOps
 from parley.bus.redis.streams import _READ_CONCURRENCY, _StreamOps
 from parley.bus.redis.tail import _StreamTail
+from parley.bus.redis.throttle import _ThrottleOps
 
 POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
 
 
-class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps):
+class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps, _ThrottleOps):
     """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
     section (the base classes) lives in its own module, with its keys and scripts."""
 

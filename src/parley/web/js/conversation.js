@@ -2,13 +2,15 @@
 // and rejoining an answer that is still being generated.
 
 import { api, apiGet, newKey, send } from "./api.js";
-import { byId } from "./dom.js";
+import { byId, isolate } from "./dom.js";
 import { MessageView } from "./messages.js";
 import { followRun } from "./run.js";
 
 const PAGE = 30;
 const NEAR_BOTTOM_PX = 120;
 const TITLE_CHARS = 60;
+// A character that shows (parley.text on the server): a title of none is refused.
+const VISIBLE = /(?![\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5\u180e])[\p{L}\p{N}\p{P}\p{S}\p{Co}]/u;
 
 export class Conversation {
   /**
@@ -74,7 +76,7 @@ export class Conversation {
 
   setTitle(title) {
     this.title.textContent = title;
-    document.title = `${title} · parley`;
+    document.title = `${isolate(title)} · parley`;
   }
 
   pagePath(cursor) {
@@ -158,9 +160,10 @@ export class Conversation {
   }
 
   async createChat(text) {
-    const firstLine = text.trim().split("\n")[0];
+    // titled by its first line that shows something (none: the server's default title)
+    const firstLine = text.trim().split("\n").find((line) => VISIBLE.test(line)) || "";
     const title = firstLine.length > TITLE_CHARS ? `${firstLine.slice(0, TITLE_CHARS - 1)}…` : firstLine;
-    const chat = await api("POST", "/api/chats", { json: { title } });
+    const chat = await api("POST", "/api/chats", { json: title ? { title } : {} });
     this.chatId = chat.id;
     this.setTitle(chat.title);
     this.hooks.chatCreated(chat);

@@ -29,6 +29,11 @@ export function append(el, children) {
 
 export const byId = (id) => document.getElementById(id);
 
+/** User or model text set inside other words (a title in a label, a prompt, the tab's
+ *  title): wrapped in FIRST STRONG ISOLATE … POP DIRECTIONAL ISOLATE, so a bidi control in
+ *  it (U+202E …) cannot reorder the words around it. */
+export const isolate = (text) => `\u2068${text}\u2069`;
+
 export function show(el, visible) {
   el.hidden = !visible;
 }

@@ -20,7 +20,12 @@ export class MessageView {
     this.role = message.role;
     this.text = message.content || "";
     this.frame = 0;
-    this.content = h("div", { class: this.role === "user" ? "content plain" : "content markdown" });
+    // dir="auto" + unicode-bidi: isolate (app.css): the text's own direction, and a bidi
+    // control in it reorders nothing outside it
+    this.content = h("div", {
+      class: this.role === "user" ? "content plain" : "content markdown",
+      dir: "auto",
+    });
     this.note = h("p", { class: "message-note" });
     this.el = h(
       "li",

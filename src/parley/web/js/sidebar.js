@@ -2,7 +2,7 @@
 // rename in place, delete after a confirmation.
 
 import { api, apiGet } from "./api.js";
-import { byId, h } from "./dom.js";
+import { byId, h, isolate } from "./dom.js";
 
 const PAGE = 20;
 
@@ -66,7 +66,9 @@ export class Sidebar {
   }
 
   item(chat) {
-    const link = h("a", { href: `/c/${encodeURIComponent(chat.id)}`, class: "chat-link" }, chat.title);
+    const link = h("a", {
+      href: `/c/${encodeURIComponent(chat.id)}`, class: "chat-link", dir: "auto",
+    }, chat.title);
     link.addEventListener("click", (event) => {
       if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
       event.preventDefault();
@@ -131,7 +133,7 @@ export class Sidebar {
     const li = this.items.get(chatId);
     const link = li.querySelector(".chat-link");
     const input = h("input", {
-      type: "text", class: "rename-input", value: link.textContent,
+      type: "text", class: "rename-input", value: link.textContent, dir: "auto",
       "aria-label": "New chat title", maxlength: "200",
     });
     let done = false;
@@ -165,7 +167,7 @@ export class Sidebar {
   async remove(chatId) {
     const li = this.items.get(chatId);
     const title = li.querySelector(".chat-link").textContent;
-    if (!window.confirm(`Delete “${title}” and all its messages?`)) return;
+    if (!window.confirm(`Delete “${isolate(title)}” and all its messages?`)) return;
     try {
       await api("DELETE", `/api/chats/${encodeURIComponent(chatId)}`);
     } catch (err) {

@@ -1,0 +1,44 @@
+"""Rules about user text that do not depend on settings: whether it shows anything at all.
+
+Titles and passwords of only invisible characters are refused: spaces, controls, format
+characters (zero-width spaces and joiners, bidi marks, embeddings, overrides and isolates,
+the BOM, tags), combining marks with nothing to combine with, and the letters and symbols
+that render as blanks (Hangul fillers, the braille blank). Text with something visible is
+kept as written, bidi controls included: the web UI isolates user and model text when it
+shows it, so a control reorders only the text it is in.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from parley.errors import ValidationFailed
+
+# Letters and symbols that are drawn as nothing.
+BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5\u180e")
+# General categories of visible characters: letters, numbers, punctuation, symbols, and
+# private use (icon fonts draw them).
+VISIBLE_CATEGORIES = frozenset("LNPS") | {"Co"}
+
+
+def is_visible(char: str) -> bool:
+    if char in BLANKS:
+        return False
+    category = unicodedata.category(char)
+    return category[0] in VISIBLE_CATEGORIES or category in VISIBLE_CATEGORIES
+
+
+def has_visible(text: str) -> bool:
+    """Whether any character of ``text`` shows."""
+    return any(is_visible(c) for c in text)
+
+
+def check_title(title: str) -> None:
+    """ValidationFailed (``invalid_title``) for a title of only invisible characters; a
+    blank title is left to the caller (a new chat may take the default title)."""
+    if title and not has_visible(title):
+        raise ValidationFailed(
+            "title must contain a visible character, not only invisible or formatting ones",
+            code="invalid_title",
+            param="title",
+        )
