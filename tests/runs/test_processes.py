@@ -97,6 +97,19 @@ async def _message(base: str, auth: dict[str, str], chat_id: str, mid: str) -> d
         return found
 
 
+async def _submit(base: str, auth: dict[str, str], chat_id: str) -> str:
+    """Send a prompt without following its stream (202); the run's id."""
+    async with httpx.AsyncClient(base_url=base) as c:
+        r = await c.post(
+            f"/api/chats/{chat_id}/messages",
+            json={"content": "hi"},
+            headers={**auth, "Accept": "application/json"},
+        )
+        assert r.status_code == 202, r.text
+        run_id: str = r.json()["run_id"]
+        return run_id
+
+
 async def _read(base: str, headers: dict[str, str], url: str) -> list[Event]:
     got: list[Event] = []
     async with (
@@ -191,13 +204,7 @@ async def test_sigkill_before_the_first_token_requeues_and_another_worker_finish
     worker = cluster.worker(PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="60000")
     auth = await _login(base)
     chat_id = await _chat(base, auth)
-    async with httpx.AsyncClient(base_url=base) as c:
-        r = await c.post(
-            f"/api/chats/{chat_id}/messages",
-            json={"content": "hi"},
-            headers={**auth, "Accept": "application/json"},
-        )
-        run_id = r.json()["run_id"]
+    run_id = await _submit(base, auth, chat_id)
 
     def status_is(status: str) -> Callable[[], Awaitable[bool]]:
         async def check() -> bool:
@@ -231,13 +238,7 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
     stale = cluster.worker(PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="1500")
     auth = await _login(base)
     chat_id = await _chat(base, auth)
-    async with httpx.AsyncClient(base_url=base) as c:
-        r = await c.post(
-            f"/api/chats/{chat_id}/messages",
-            json={"content": "hi"},
-            headers={**auth, "Accept": "application/json"},
-        )
-        run_id = r.json()["run_id"]
+    run_id = await _submit(base, auth, chat_id)
 
     async def running() -> bool:
         return bool((await _run(base, auth, run_id))["status"] == "running")
