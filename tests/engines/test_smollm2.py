@@ -23,6 +23,10 @@ from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
 from tests.waiting import eventually
 
+# the real 135M model beside transformers: ~40 s alone, three times that with both cores busy
+# (the per-test limit catches hangs, not slowness)
+pytestmark = pytest.mark.timeout(600)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
