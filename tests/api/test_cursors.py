@@ -188,6 +188,21 @@ async def test_a_signed_key_of_any_shape_is_a_page_or_a_400(
     await _fuzz(cases, check)
 
 
+@pytest.mark.parametrize(("seq", "status"), [(2**31 - 1, 200), (2**31, 400), (2**63 - 1, 400)])
+async def test_a_signed_history_key_past_the_seq_column_is_a_400(
+    client: httpx.AsyncClient, auth: dict[str, str], services: Services, seq: int, status: int
+) -> None:
+    """Found by the property above under load: a seq past Postgres's INTEGER was a 500."""
+    chat_id = await _chat_with_messages(client, auth)
+    signer = Cursors(services.settings.secret_key.get_secret_value())
+    cursor = signer.seal(chats.messages_cursor_kind(chat_id), [seq])
+    r = await client.get(f"/api/chats/{chat_id}/messages", params={"cursor": cursor}, headers=auth)
+    if status == 200:
+        assert r.status_code == 200, r.text
+    else:
+        assert_error(r, 400, "invalid_cursor")
+
+
 def _decoded(decode: Callable[[], T]) -> T | InvalidRequest:
     try:
         return decode()

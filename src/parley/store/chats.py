@@ -17,7 +17,7 @@ Order = Literal["asc", "desc"]
 
 
 CHATS_CURSOR = "chats"
-_MAX_SEQ = 2**63 - 1  # a BIGINT's largest
+_MAX_SEQ = 2**31 - 1  # messages.seq is an INTEGER column: its largest (Postgres refuses more)
 
 
 def _chat_not_found(chat_id: str) -> NotFound:
