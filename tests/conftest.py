@@ -4,7 +4,8 @@ Postgres is reached at PARLEY_TEST_POSTGRES_URL (default: the local server's
 ``test`` database). Its schema is rebuilt from the migrations once per run and
 emptied between tests. Set PARLEY_TEST_BACKENDS=sqlite to skip Postgres
 locally; CI runs both. Under pytest-xdist (``make test`` runs three workers) each worker
-uses a database of its own, the given name plus ``_gw0``, ``_gw1``... The databases, buses and services are made by ``tests.builders``.
+uses a database of its own, the given name plus ``_gw0``, ``_gw1``... The databases, buses
+and services are made by ``tests.builders``.
 
 Two shapes of the service are on offer:
 
