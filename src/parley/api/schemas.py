@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
+from parley.config import EngineKind
 from parley.domain import MessageRole, MessageStatus, RunStatus
 
 
@@ -206,6 +207,23 @@ class MessageList(BaseModel):
     object: Literal["list"] = "list"
     data: list[MessageOut]
     next_cursor: str | None
+
+
+# --- models -------------------------------------------------------------------------------
+
+
+class ModelOut(BaseModel):
+    """A model the caller's tier may send to (`model` of a message)."""
+
+    id: str = Field(description="The name to send as `model`.")
+    object: Literal["model"] = "model"
+    default: bool = Field(description="The model a message without `model` goes to.")
+    engine: EngineKind = Field(description="What serves it.")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelOut] = Field(description="In the configured order (the default first).")
 
 
 # --- runs ---------------------------------------------------------------------------------

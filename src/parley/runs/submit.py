@@ -111,6 +111,11 @@ class Submitter:
                 param="content",
             )
 
+    def allowed_models(self, tier_name: str) -> list[str]:
+        """The models a user of this tier may send to, in the configured order."""
+        tier = self._settings.tier(tier_name)
+        return [m for m in self._models if _allows(tier, m)]
+
     def _check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
         model = asked or self._models[0]
         if model not in self._models:
@@ -119,7 +124,7 @@ class Submitter:
                 code="model_not_found",
                 param="model",
             )
-        if "*" not in tier.models and model not in tier.models:
+        if not _allows(tier, model):
             raise PermissionDenied(
                 f"the {tier_name} tier may not use model {quoted(model)}", code="model_not_allowed"
             )
@@ -186,6 +191,10 @@ class Submitter:
         """Give back the reservation of a run that was not made, even while cancelled."""
         with anyio.CancelScope(shield=True):
             await self._budget.release(new.user_id, new.tier, reserved)
+
+
+def _allows(tier: TierSettings, model: str) -> bool:
+    return "*" in tier.models or model in tier.models
 
 
 def _request_hash(chat_id: str, req: SendRequest) -> str:

@@ -17,9 +17,10 @@ export class Conversation {
    * hooks: {chatCreated(chat), chatTouched(chatId), runFinished(), streamingChanged(bool),
    *         restoreDraft(text)}
    */
-  constructor({ notices, banner, hooks }) {
+  constructor({ notices, banner, models, hooks }) {
     this.notices = notices;
     this.banner = banner;
+    this.models = models; // ModelPicker: which model the next message goes to
     this.hooks = hooks;
     this.scroller = byId("messages");
     this.list = byId("message-list");
@@ -52,7 +53,10 @@ export class Conversation {
     this.status.textContent = "";
     this.title.textContent = "New chat";
     this.empty.hidden = chatId !== null;
-    if (chatId === null) return;
+    if (chatId === null) {
+      this.models.forNewChat();
+      return;
+    }
     this.status.textContent = "Loading…";
     try {
       const [chat, page] = await Promise.all([
@@ -61,6 +65,7 @@ export class Conversation {
       ]);
       if (generation !== this.generation) return;
       this.setTitle(chat.title);
+      this.models.forChat(page.data);
       this.cursor = page.next_cursor;
       this.prepend(page.data);
       this.status.textContent = "";
@@ -128,6 +133,7 @@ export class Conversation {
   async submit(text) {
     if (this.busy || !text.trim()) return false;
     const controller = this.begin(null);
+    const model = this.models.value; // fixed now: a retry must send the same body
     try {
       const chatId = this.chatId ?? (await this.createChat(text));
       this.active.chatId = chatId;
@@ -138,7 +144,7 @@ export class Conversation {
       this.active.view = answer;
       this.scrollToBottom();
       const key = newKey();
-      const post = () => this.post(chatId, text, key, controller.signal);
+      const post = () => this.post(chatId, { content: text, model }, key, controller.signal);
       const first = await this.admitted(post, controller.signal);
       if (first === null) {
         user.el.remove();
@@ -170,9 +176,10 @@ export class Conversation {
     return chat.id;
   }
 
-  post(chatId, content, key, signal) {
+  /** message: {content, model} (model null: the server's default). */
+  post(chatId, { content, model }, key, signal) {
     return send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages`, {
-      json: { content },
+      json: model ? { content, model } : { content },
       headers: { "Idempotency-Key": key },
       accept: "text/event-stream",
       signal,

@@ -5,6 +5,7 @@ import { AccountPanel, AuthForm, logout } from "./account.js";
 import { Banner } from "./banner.js";
 import { Conversation } from "./conversation.js";
 import { byId } from "./dom.js";
+import { ModelPicker } from "./models.js";
 import { Notices } from "./notices.js";
 import { Sidebar } from "./sidebar.js";
 
@@ -17,6 +18,7 @@ class App {
     this.banner = new Banner();
     this.account = new AccountPanel(this.notices);
     this.auth = new AuthForm(() => this.enter());
+    this.models = new ModelPicker(this.notices);
     this.sidebar = new Sidebar({
       notices: this.notices,
       hooks: {
@@ -28,6 +30,7 @@ class App {
     this.conversation = new Conversation({
       notices: this.notices,
       banner: this.banner,
+      models: this.models,
       hooks: {
         chatCreated: (chat) => this.chatCreated(chat),
         chatTouched: (chatId) => this.sidebar.touchId(chatId),
@@ -52,12 +55,12 @@ class App {
       this.showAuth(`Cannot load your account: ${err.message}`);
       return;
     }
-    this.showShell();
+    await this.showShell();
   }
 
   async enter() {
     await this.account.load();
-    this.showShell();
+    await this.showShell();
   }
 
   showAuth(notice) {
@@ -68,10 +71,16 @@ class App {
     this.auth.show(notice);
   }
 
-  showShell() {
+  async showShell() {
+    this.notices.clear();
+    // before the shell shows: a message sent meanwhile would be cut off by openRoute
+    try {
+      await this.models.load(); // (the user's tier decides which)
+    } catch (err) {
+      return this.notices.error(err); // a 401: the log-in screen
+    }
     byId("auth").hidden = true;
     byId("shell").hidden = false;
-    this.notices.clear();
     this.sidebar.reset();
     this.openRoute();
   }
