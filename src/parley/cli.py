@@ -61,6 +61,19 @@ def _parser() -> argparse.ArgumentParser:
     _process_args(worker, http=False, engine=True)
     worker.set_defaults(handler=_worker)
 
+    engine = sub.add_parser("engine", help="run an engine on its own")
+    engine_sub = engine.add_subparsers(dest="engine_command", required=True)
+    engine_serve = engine_sub.add_parser(
+        "serve", help="serve the built-in (or fake) engine over OpenAI's chat-completions API"
+    )
+    _settings_args(engine_serve)
+    engine_serve.add_argument("--host")
+    engine_serve.add_argument("--port", type=int)
+    engine_serve.add_argument("--engine", choices=[EngineKind.BUILTIN.value, EngineKind.FAKE.value])
+    engine_serve.add_argument("--model", type=Path, help="a .gguf file or HF folder (builtin)")
+    engine_serve.add_argument("--served-model-name", help="the name clients ask for")
+    engine_serve.set_defaults(handler=_engine_serve)
+
     migrate = sub.add_parser("migrate", help="apply database migrations")
     _settings_args(migrate)
     migrate.set_defaults(handler=_migrate)
@@ -152,6 +165,34 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     log.info(
         "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
     )
+    _freeze_startup_objects()
+    await uvicorn.Server(config).serve()
+    return 0
+
+
+async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from parley.engines import registry
+    from parley.engines.fake import FAKE_MODEL
+    from parley.engines.interface import Engine
+    from parley.engines.server import EngineServer
+
+    engine: Engine
+
+    if settings.engine is EngineKind.FAKE:
+        name = args.served_model_name or FAKE_MODEL
+        engine = registry.fake_engine(settings)
+    elif settings.engine is EngineKind.BUILTIN:
+        name = args.served_model_name or registry.builtin_model_name(settings)
+        engine = registry.builtin_engine(settings, name=name)
+    else:
+        return _fail("parley engine serve runs the builtin or the fake engine")
+    server = EngineServer(engine, name, default_max_tokens=settings.default_max_tokens)
+    config = uvicorn.Config(
+        server.app(), host=settings.host, port=settings.port, log_level="warning", lifespan="on"
+    )
+    log.info("engine serving %s on http://%s:%d/v1", name, settings.host, settings.port)
     _freeze_startup_objects()
     await uvicorn.Server(config).serve()
     return 0

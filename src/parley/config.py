@@ -49,6 +49,7 @@ class Environment(StrEnum):
 class EngineKind(StrEnum):
     BUILTIN = "builtin"
     FAKE = "fake"
+    OPENAI = "openai"  # OpenAI-compatible servers (vLLM, SGLang, llama.cpp, Ollama, hosted)
 
 
 class BuiltinEngineSettings(BaseModel):
@@ -78,6 +79,98 @@ class FakeEngineSettings(BaseModel):
     inter_token_latency_ms: float = Field(default=20, ge=0)
     output_tokens: int = Field(default=32, ge=0)
     slots: int = Field(default=8, gt=0)
+
+
+class ReplicaSettings(BaseModel):
+    """One OpenAI-compatible server of a model's fleet."""
+
+    model_config = {"extra": "forbid"}
+
+    base_url: str = Field(
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="Up to and including /v1, e.g. http://gpu1:8000/v1.",
+    )
+    slots: int = Field(default=16, gt=0, description="Requests it serves at once.")
+    weight: float = Field(default=1.0, gt=0, description="Its share of the chats, relative.")
+    name: str | None = Field(default=None, description="For logs and metrics; default: host:port.")
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        rest = self.base_url.split("://", 1)[1]
+        return rest.split("/", 1)[0]
+
+
+class UpstreamSettings(BaseModel):
+    """How parley talks to a model's OpenAI-compatible servers, and routes among them."""
+
+    model_config = {"extra": "forbid"}
+
+    connect_timeout_seconds: float = Field(default=5, gt=0)
+    first_token_timeout_seconds: float = Field(
+        default=120, gt=0, description="From the request to its first token (queue + prefill)."
+    )
+    idle_timeout_seconds: float = Field(
+        default=60, gt=0, description="The longest silence between two chunks of an answer."
+    )
+    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable that holds the API key instead."
+    )
+    balance_factor: float = Field(
+        default=1.25,
+        ge=1.0,
+        description="Bounded load: a replica above this times the average in-flight passes "
+        "new chats along the ring.",
+    )
+    virtual_nodes: int = Field(default=64, gt=0, description="Ring points per unit of weight.")
+    max_attempts: int = Field(default=3, gt=0, description="Replicas tried before first token.")
+    failure_threshold: int = Field(
+        default=3, gt=0, description="Consecutive failures (requests or probes) that remove it."
+    )
+    recovery_probes: int = Field(
+        default=2, gt=0, description="Consecutive good probes that bring a replica back."
+    )
+    probe_interval_seconds: float = Field(default=5, gt=0)
+    probe_path: str = Field(default="/models", pattern=r"^/", description="Under base_url.")
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        return None
+
+
+class ModelSettings(BaseModel):
+    """A model clients may ask for, and the engine that serves it."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\s/][^\s]*$")
+    engine: EngineKind
+    upstream_model: str | None = Field(
+        default=None, description="The name sent upstream (openai); default: name."
+    )
+    replicas: list[ReplicaSettings] = Field(default_factory=list)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+
+    @model_validator(mode="after")
+    def _replicas_for_openai(self) -> ModelSettings:
+        if self.engine is EngineKind.OPENAI and not self.replicas:
+            raise ValueError(f"model {self.name!r}: an openai engine needs at least one replica")
+        if self.engine is not EngineKind.OPENAI and self.replicas:
+            raise ValueError(f"model {self.name!r}: only an openai engine has replicas")
+        urls = [r.base_url.rstrip("/") for r in self.replicas]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"model {self.name!r}: a replica is listed twice")
+        if self.upstream.api_key_env and not os.environ.get(self.upstream.api_key_env):
+            raise ValueError(
+                f"model {self.name!r}: the environment variable {self.upstream.api_key_env} "
+                "named by api_key_env is not set"
+            )
+        return self
 
 
 class TierSettings(BaseModel):
@@ -230,7 +323,14 @@ class Settings(BaseSettings):
     redis_namespace: str = Field(
         default="parley", pattern=r"^[A-Za-z0-9_.:-]+$", description="Prefix of every Redis key."
     )
-    engine: EngineKind = EngineKind.BUILTIN
+    engine: EngineKind = Field(
+        default=EngineKind.BUILTIN,
+        description="The one model's engine when `models` is empty (builtin or fake).",
+    )
+    models: list[ModelSettings] = Field(
+        default_factory=list,
+        description="The models served, the first the default; empty: one, of `engine`.",
+    )
     builtin_engine: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
     default_max_tokens: int = Field(default=512, gt=0)
@@ -279,6 +379,7 @@ class Settings(BaseSettings):
             )
         if self.stream_maxlen <= max(t.max_output_tokens for t in self.tiers.values()) + 16:
             raise ValueError("stream_maxlen must exceed every tier's max_output_tokens")
+        self._check_models()
         if self.default_page_size > self.max_page_size:
             raise ValueError("default_page_size must not exceed max_page_size")
         if (
@@ -290,6 +391,16 @@ class Settings(BaseSettings):
                 "value (for example: python -c 'import secrets; print(secrets.token_urlsafe(48))')"
             )
         return self
+
+    def _check_models(self) -> None:
+        if not self.models and self.engine is EngineKind.OPENAI:
+            raise ValueError("engine openai needs its replicas: configure it under `models`")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("two models have one name")
+        for kind in (EngineKind.BUILTIN, EngineKind.FAKE):
+            if sum(m.engine is kind for m in self.models) > 1:
+                raise ValueError(f"at most one model may use the {kind.value} engine")
 
     def tier(self, name: str) -> TierSettings:
         """A tier's settings; a user on a tier no longer configured gets the default tier's."""

@@ -50,6 +50,8 @@ class Services:
     async def start(self) -> None:
         """Start the background work: the sweeper, and the worker when this process has one."""
         self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
+        if self.engine is not None:
+            await self.engine.start()
         if self.worker is not None:
             self._tasks.append(asyncio.create_task(self.worker.run_forever(), name="worker"))
 

@@ -101,6 +101,9 @@ class FakeEngine:
             self._active.pop(request.request_id, None)
             self._slots.release()
 
+    async def start(self) -> None:
+        """Nothing runs in the background until the first request."""
+
     async def abort(self, request_id: str) -> None:
         event = self._active.get(request_id)
         if event is not None:

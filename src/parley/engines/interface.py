@@ -2,7 +2,10 @@
 
 A stream ends with one delta that carries a ``finish_reason``: ``stop`` or ``length`` when
 the model finished, ``abort`` when ``abort(request_id)`` (or the engine itself) stopped it.
-A request the engine cannot serve at all raises an ``EngineError`` from the stream.
+A request the engine cannot serve at all raises an ``EngineError`` from the stream: an
+``EngineUnavailable`` (retryable) when no output has been produced and another replica may
+serve it, any other ``EngineError`` when the request itself is at fault or its output broke
+off (then the text already yielded stands).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     top_p: float = 1.0
     seed: int | None = None
+    # what keeps a conversation on one replica (its prefix stays cached there): the chat id
+    affinity_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,27 @@ class EngineError(Exception):
     """The engine could not serve the request; ``code`` names why (for the run's error)."""
 
     code = "engine_error"
+    retryable = False  # True: nothing was produced, and another replica may serve it
+
+
+class EngineUnavailable(EngineError):
+    """The engine (or the replica asked) could not take the request: refused, overloaded, a
+    server error or silence before the first token. Another replica may serve it."""
+
+    code = "engine_unavailable"
+    retryable = True
+
+
+class UpstreamRejected(EngineError):
+    """The upstream server refused the request as malformed or not allowed (a 4xx)."""
+
+    code = "upstream_rejected"
+
+
+class UpstreamBroken(EngineError):
+    """The upstream's answer broke off: a malformed chunk, a cut or silence mid-stream."""
+
+    code = "upstream_failed"
 
 
 class ContextLengthExceeded(EngineError):
@@ -61,6 +87,9 @@ class ContextLengthExceeded(EngineError):
 
 
 class Engine(Protocol):
+    async def start(self) -> None:
+        """Begin background work (an upstream's health probes); idempotent."""
+
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         """The prompt's length in the model's tokens (chat template included)."""
 

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from parley.config import EngineKind, Settings
+from parley.config import EngineKind, ModelSettings, Settings
 from parley.engines.fake import FAKE_MODEL, FakeEngine, FakeEngineConfig
 from parley.engines.interface import Engine
-
-
-def configured_models(settings: Settings) -> list[str]:
-    """The model names clients may ask for; the first is the default."""
-    if settings.engine is EngineKind.FAKE:
-        return [FAKE_MODEL]
-    return [builtin_model_name(settings)]
-
 
 DEFAULT_BUILTIN_MODEL = "SmolLM2-135M-Instruct"
 
 
+def model_settings(settings: Settings) -> list[ModelSettings]:
+    """The models served, the first the default: ``models``, or else the one of ``engine``."""
+    if settings.models:
+        return list(settings.models)
+    if settings.engine is EngineKind.FAKE:
+        return [ModelSettings(name=FAKE_MODEL, engine=EngineKind.FAKE)]
+    return [ModelSettings(name=builtin_model_name(settings), engine=EngineKind.BUILTIN)]
+
+
+def configured_models(settings: Settings) -> list[str]:
+    """The model names clients may ask for; the first is the default."""
+    return [m.name for m in model_settings(settings)]
+
+
 def builtin_model_name(settings: Settings) -> str:
     """The built-in engine's model name, known without the model (an api process has none)."""
+    for m in settings.models:
+        if m.engine is EngineKind.BUILTIN:
+            return m.name
     b = settings.builtin_engine
     if b.model_name:
         return b.model_name
@@ -28,20 +37,39 @@ def builtin_model_name(settings: Settings) -> str:
 
 
 def build_engine(settings: Settings) -> Engine:
-    if settings.engine is EngineKind.FAKE:
-        f = settings.fake_engine
-        return FakeEngine(
-            FakeEngineConfig(
-                time_to_first_token=f.time_to_first_token_ms / 1000,
-                inter_token_latency=f.inter_token_latency_ms / 1000,
-                output_tokens=f.output_tokens,
-                slots=f.slots,
-            )
+    """The engine of every configured model: that model's own when there is one, else a
+    catalog that hands each request to its model's engine."""
+    engines = {m.name: _build(m, settings) for m in model_settings(settings)}
+    if len(engines) == 1:
+        return next(iter(engines.values()))
+    from parley.engines.catalog import Catalog
+
+    return Catalog(engines)
+
+
+def _build(model: ModelSettings, settings: Settings) -> Engine:
+    if model.engine is EngineKind.FAKE:
+        return fake_engine(settings)
+    if model.engine is EngineKind.OPENAI:
+        from parley.engines.router import Router
+
+        return Router(model.upstream_model or model.name, model.replicas, model.upstream)
+    return builtin_engine(settings, name=model.name)
+
+
+def fake_engine(settings: Settings) -> FakeEngine:
+    f = settings.fake_engine
+    return FakeEngine(
+        FakeEngineConfig(
+            time_to_first_token=f.time_to_first_token_ms / 1000,
+            inter_token_latency=f.inter_token_latency_ms / 1000,
+            output_tokens=f.output_tokens,
+            slots=f.slots,
         )
-    return _builtin(settings)
+    )
 
 
-def _builtin(settings: Settings) -> Engine:
+def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
     import torch
 
     from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
@@ -50,7 +78,7 @@ def _builtin(settings: Settings) -> Engine:
     b = settings.builtin_engine
     dtype = torch.bfloat16 if b.dtype == "bfloat16" else torch.float32
     loaded = load_model(b.model, dtype=torch.float32)
-    loaded.name = builtin_model_name(settings)
+    loaded.name = name or builtin_model_name(settings)
     return BuiltinEngine(
         loaded,
         BuiltinEngineConfig(
@@ -65,6 +93,13 @@ def _builtin(settings: Settings) -> Engine:
 
 
 def engine_slots(settings: Settings) -> int:
-    if settings.engine is EngineKind.FAKE:
+    """Requests the configured engines serve at once: the worker's default concurrency."""
+    return sum(_slots(m, settings) for m in model_settings(settings))
+
+
+def _slots(model: ModelSettings, settings: Settings) -> int:
+    if model.engine is EngineKind.FAKE:
         return settings.fake_engine.slots
+    if model.engine is EngineKind.OPENAI:
+        return sum(r.slots for r in model.replicas)
     return settings.builtin_engine.max_running

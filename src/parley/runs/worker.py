@@ -236,4 +236,5 @@ def _request(run: Run, history: list[Message]) -> GenerationRequest:
         max_tokens=run.max_tokens,
         temperature=run.temperature,
         priority=run.priority,
+        affinity_key=run.chat_id,  # every turn of a chat to the replica that holds its prefix
     )

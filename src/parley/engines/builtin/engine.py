@@ -118,6 +118,9 @@ class BuiltinEngine:
                 self._loop_thread.abort(seq)
             self._streams.pop(seq.seq_id, None)
 
+    async def start(self) -> None:
+        """Nothing runs in the background until the first request."""
+
     async def abort(self, request_id: str) -> None:
         state = self._streams.get(request_id)
         if state is not None and not state.done:

@@ -1,0 +1,147 @@
+"""OpenAI's chat-completions wire format, the one module of its types.
+
+Three places speak it: the upstream engine (a client of vLLM, SGLang, llama.cpp, Ollama or a
+hosted API), ``parley engine serve`` (a server of the built-in and fake engines) and, later,
+the ``/v1`` API for programs. Requests are read leniently (unknown fields are ignored, as
+OpenAI-compatible servers do); what parley writes carries only the fields it sets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "developer", "tool"]
+FinishReasonName = Literal["stop", "length", "abort", "content_filter", "tool_calls"]
+
+
+class _Lenient(BaseModel):
+    """A body read from the wire: fields parley does not know are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class WireMessage(_Lenient):
+    role: Role
+    content: str | None = ""
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Lenient):
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    messages: Annotated[list[WireMessage], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(gt=0)] | None = None
+    max_completion_tokens: Annotated[int, Field(gt=0)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class Usage(_Lenient):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ChunkDelta(_Lenient):
+    role: Role | None = None
+    content: str | None = None
+
+
+class ChunkChoice(_Lenient):
+    index: int = 0
+    delta: ChunkDelta = Field(default_factory=ChunkDelta)
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(_Lenient):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChunkChoice] = Field(default_factory=list)
+    usage: Usage | None = None
+
+
+class AssistantMessage(_Lenient):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class CompletionChoice(_Lenient):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str | None
+
+
+class ChatCompletion(_Lenient):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class ModelCard(_Lenient):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "parley"
+
+
+class ModelList(_Lenient):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(_Lenient):
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(_Lenient):
+    error: ErrorDetail
+
+
+def error_message(body: object) -> str | None:
+    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``), or of the
+    looser shapes servers send (``{"error": "..."}``, ``{"message": ...}``, ``{"detail": ...}``)."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    for value in (error, body.get("message"), body.get("detail")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+DONE = "[DONE]"
+
+
+def sse_data(payload: BaseModel | str) -> bytes:
+    """One server-sent event carrying ``payload`` (a model as JSON, or ``[DONE]``)."""
+    text = payload if isinstance(payload, str) else payload.model_dump_json(exclude_none=True)
+    return f"data: {text}\n\n".encode()

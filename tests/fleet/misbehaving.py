@@ -1,0 +1,94 @@
+"""An OpenAI-compatible server that misbehaves one way, for the upstream engine's failure tests.
+
+    python -m tests.fleet.misbehaving MODE PORT
+
+Modes (``POST /v1/chat/completions``):
+
+* ``error500``: a 500 with an OpenAI error body;
+* ``reject400``: a 400 naming what is wrong with the request;
+* ``context``: a 400 saying the prompt passes the model's context length;
+* ``hang``: accepts the request and never answers;
+* ``malformed``: streams one good chunk, then a chunk that is not JSON;
+* ``cut``: streams two good chunks, then drops the connection;
+* ``silent``: streams one good chunk, then nothing, with the connection open.
+
+``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+MODES = ("error500", "reject400", "context", "hang", "malformed", "cut", "silent")
+FIRST = "Hello"
+
+
+def _chunk(text: str) -> bytes:
+    body = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def app(mode: str) -> Starlette:
+    count = {"requests": 0}
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield _chunk(FIRST)
+        if mode == "malformed":
+            yield b"data: {this is not json\n\n"
+        elif mode == "cut":
+            yield _chunk(" world")
+            await asyncio.sleep(0.05)
+            raise ConnectionAbortedError("dropping the connection mid-answer")
+        await asyncio.Event().wait()  # silent (and after a malformed chunk): never another byte
+
+    async def chat(request: Request) -> Response:
+        count["requests"] += 1
+        await request.body()
+        if mode == "error500":
+            return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)
+        if mode == "reject400":
+            message = "temperature must be at most 1.5 for this model"
+            body = {"error": {"message": message, "type": "invalid_request_error"}}
+            return JSONResponse(body, status_code=400)
+        if mode == "context":
+            message = "This model's maximum context length is 2048 tokens; you asked for 9000"
+            body = {"error": {"message": message, "code": "context_length_exceeded"}}
+            return JSONResponse(body, status_code=400)
+        if mode == "hang":
+            await asyncio.Event().wait()
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def counted(_: Request) -> Response:
+        return JSONResponse(count)
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/count", counted),
+        ]
+    )
+
+
+if __name__ == "__main__":
+    mode, port = sys.argv[1], int(sys.argv[2])
+    assert mode in MODES, f"mode must be one of {MODES}"
+    uvicorn.run(app(mode), host="127.0.0.1", port=port, log_level="warning")
