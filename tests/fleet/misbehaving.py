@@ -12,7 +12,8 @@ Modes (``POST /v1/chat/completions``):
 * ``cut``: streams two good chunks, then drops the connection;
 * ``silent``: streams one good chunk, then nothing, with the connection open.
 
-``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests.
+``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests
+and the Authorization header of the last one.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _chunk(text: str) -> bytes:
 
 
 def app(mode: str) -> Starlette:
-    count = {"requests": 0}
+    count: dict[str, object] = {"requests": 0, "authorization": None}
 
     async def stream() -> AsyncIterator[bytes]:
         yield _chunk(FIRST)
@@ -57,7 +58,8 @@ def app(mode: str) -> Starlette:
         await asyncio.Event().wait()  # silent (and after a malformed chunk): never another byte
 
     async def chat(request: Request) -> Response:
-        count["requests"] += 1
+        count["requests"] = int(str(count["requests"])) + 1
+        count["authorization"] = request.headers.get("authorization")
         await request.body()
         if mode == "error500":
             return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)

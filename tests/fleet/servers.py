@@ -102,6 +102,10 @@ class Misbehaving:
     def requests(self) -> int:
         return int(httpx.get(f"{self.base}/count", timeout=5).json()["requests"])
 
+    def authorization(self) -> str | None:
+        said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["authorization"]
+        return said
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()

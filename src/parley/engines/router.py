@@ -228,9 +228,9 @@ class Router:
     def _failed(self, replica: Replica, error: Exception) -> None:
         replica.failures += 1
         if replica.healthy and replica.failures >= self.settings.failure_threshold:
-            self._set_health(replica, healthy=False, why=str(error))
+            self.set_health(replica, healthy=False, why=str(error))
 
-    def _set_health(self, replica: Replica, *, healthy: bool, why: str) -> None:
+    def set_health(self, replica: Replica, *, healthy: bool, why: str) -> None:
         replica.healthy = healthy
         replica.failures = 0
         replica.good_probes = 0
@@ -255,7 +255,7 @@ class Router:
             return
         replica.good_probes = replica.good_probes + 1 if ok else 0
         if replica.good_probes >= self.settings.recovery_probes:
-            self._set_health(replica, healthy=True, why="probes passed")
+            self.set_health(replica, healthy=True, why="probes passed")
 
 
 def _is_engine(router: Router) -> Engine:

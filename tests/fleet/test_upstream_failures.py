@@ -1,0 +1,92 @@
+"""Every way an upstream fails, each from a real server that misbehaves that way, as the run
+the user sees: its state, its error and the text it keeps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.fleet.conftest import Fleet
+from tests.fleet.servers import Misbehaving
+from tests.processes import free_port
+from tests.runs.helpers import send_json, stored_message, wait_run
+from tests.sse import Event, collect
+
+# mode -> (error code, words in the error message, text the run keeps)
+CASES = {
+    "error500": ("engine_unavailable", "the GPU caught fire", ""),
+    "hang": ("engine_unavailable", "did not answer within 2 s", ""),
+    "reject400": ("upstream_rejected", "temperature must be at most 1.5", ""),
+    "context": ("context_length_exceeded", "maximum context length is 2048", ""),
+    "malformed": ("upstream_failed", "malformed chunk", "Hello"),
+    "cut": ("upstream_failed", "broke off mid-answer", "Hello world"),
+    "silent": ("upstream_failed", "went silent for 1 s", "Hello"),
+}
+
+
+async def _failed_run(
+    fleet: Fleet, url: str, **upstream: Any
+) -> tuple[dict[str, Any], dict[str, Any], list[Event]]:
+    async with fleet([url], **upstream) as front:
+        r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+        chat_id = r.json()["id"]
+        sent = await send_json(front.client, front.auth, chat_id)
+        run = await wait_run(front.client, front.auth, sent["run_id"])
+        message = await stored_message(front.client, front.auth, chat_id, sent["message_id"])
+        async with front.client.stream(
+            "GET", f"/api/runs/{sent['run_id']}/events", headers=front.auth
+        ) as response:
+            evs = await collect(response)
+        return run, message, evs
+
+
+@pytest.mark.parametrize("mode", list(CASES))
+async def test_a_misbehaving_upstream_fails_the_run_clearly(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving], mode: str
+) -> None:
+    code, words, kept = CASES[mode]
+    server = misbehaving(mode)
+    run, message, evs = await _failed_run(
+        fleet, server.url, first_token_timeout_seconds=2, idle_timeout_seconds=1, max_attempts=1
+    )
+    assert run["status"] == "failed", run
+    assert run["error"]["code"] == code
+    assert words in run["error"]["message"]
+    assert message["status"] == "failed"
+    assert message["content"] == kept  # what was streamed before the failure stays
+    errors = [e for e in evs if e.event == "error"]
+    assert [e.data["code"] for e in errors] == [code]
+    assert evs[-1].event == "done"
+    assert server.requests() == 1
+
+
+async def test_a_refused_connection_is_an_unavailable_engine(fleet: Fleet) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    run, message, evs = await _failed_run(fleet, nobody, max_attempts=1)
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "engine_unavailable"
+    assert "unreachable" in run["error"]["message"]
+    assert message["content"] == ""
+    assert [e.event for e in evs][-2:] == ["error", "done"]
+
+
+async def test_the_api_key_named_by_the_settings_is_sent_and_never_logged(
+    fleet: Fleet,
+    misbehaving: Callable[[str], Misbehaving],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("PARLEY_TEST_UPSTREAM_KEY", secret)
+    server = misbehaving("error500")
+    caplog.set_level(logging.DEBUG)
+    run, _, _ = await _failed_run(
+        fleet, server.url, api_key_env="PARLEY_TEST_UPSTREAM_KEY", max_attempts=1
+    )
+    assert run["error"]["code"] == "engine_unavailable"
+    assert server.authorization() == f"Bearer {secret}"
+    assert secret not in caplog.text
+    assert secret not in run["error"]["message"]
