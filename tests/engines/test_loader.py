@@ -31,6 +31,9 @@ from parley.engines.builtin.tokenizer import (
 )
 from parley.errors import ConfigurationError
 
+# loads the model twice and transformers beside it: minutes on a machine with both cores busy
+pytestmark = pytest.mark.slow
+
 TEXTS = [
     "Hello, world!",
     "The year 2024 had 366 days; pi is 3.14159 and 1234567890 has ten digits.",
