@@ -58,7 +58,10 @@ Fleet = Callable[..., contextlib.AbstractAsyncContextManager[Front]]
 def fleet(tmp_path: Path) -> Fleet:
     @contextlib.asynccontextmanager
     async def start(
-        urls: list[str], weights: list[float] | None = None, **upstream: Any
+        urls: list[str],
+        weights: list[float] | None = None,
+        extra_models: list[dict[str, Any]] | None = None,
+        **upstream: Any,
     ) -> AsyncIterator[Front]:
         url = sqlite_url(tmp_path)
         await migrate(url)
@@ -76,7 +79,8 @@ def fleet(tmp_path: Path) -> Fleet:
                     "upstream_model": "parley-fake",
                     "replicas": replicas,
                     "upstream": {**FAST_UPSTREAM, **upstream},
-                }
+                },
+                *(extra_models or []),
             ],
             lease_seconds=5,
             sweep_interval_seconds=0.5,

@@ -10,7 +10,12 @@ Modes (``POST /v1/chat/completions``):
 * ``hang``: accepts the request and never answers;
 * ``malformed``: streams one good chunk, then a chunk that is not JSON;
 * ``cut``: streams two good chunks, then drops the connection;
-* ``silent``: streams one good chunk, then nothing, with the connection open.
+* ``silent``: streams one good chunk, then nothing, with the connection open;
+* ``quirky``: a good answer as real servers send them: keep-alive comments, ``event:`` and
+  ``id:`` lines, a role-only first chunk, ``reasoning_content`` and ``logprobs`` fields,
+  ``usage: null`` on every chunk, chunks of several tokens, the finish reason on its own
+  chunk, then a usage chunk (prompt 21, completion 7) and ``[DONE]``;
+* ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``.
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests
 and the Authorization header of the last one.
@@ -29,7 +34,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-MODES = ("error500", "reject400", "context", "hang", "malformed", "cut", "silent")
+MODES = (
+    "error500",
+    "reject400",
+    "context",
+    "hang",
+    "malformed",
+    "cut",
+    "silent",
+    "quirky",
+    "no-usage",
+)
 FIRST = "Hello"
 
 
@@ -42,6 +57,32 @@ def _chunk(text: str) -> bytes:
         "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
     }
     return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def _raw(choices: list[dict[str, object]], **extra: object) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    return f"data: {json.dumps({**body, 'choices': choices, **extra})}\n\n".encode()
+
+
+async def quirky() -> AsyncIterator[bytes]:
+    yield b": keep-alive\n\n"
+    yield _raw([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}], usage=None)
+    yield b"event: message\nid: 1\n"
+    yield _raw([{"index": 0, "delta": {"reasoning_content": "thinking..."}}], usage=None)
+    yield b": still here\n\n"
+    for text in ("Quirky ", "but ", "fine."):
+        delta = {"content": text, "reasoning_content": None}
+        yield _raw([{"index": 0, "delta": delta, "logprobs": {"content": []}}], usage=None)
+    yield _raw([{"index": 0, "delta": {}, "finish_reason": "stop"}], usage=None)
+    usage = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
+    yield _raw([], usage=usage)
+    yield b"data: [DONE]\n\n"
+
+
+async def no_usage() -> AsyncIterator[bytes]:
+    for i, text in enumerate(("Counted ", "by ", "chunks")):
+        finish = "length" if i == 2 else None
+        yield _raw([{"index": 0, "delta": {"content": text}, "finish_reason": finish}])
 
 
 def app(mode: str) -> Starlette:
@@ -73,6 +114,10 @@ def app(mode: str) -> Starlette:
             return JSONResponse(body, status_code=400)
         if mode == "hang":
             await asyncio.Event().wait()
+        if mode == "quirky":
+            return StreamingResponse(quirky(), media_type="text/event-stream")
+        if mode == "no-usage":
+            return StreamingResponse(no_usage(), media_type="text/event-stream")
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     async def models(_: Request) -> Response:

@@ -218,3 +218,23 @@ async def test_the_router_sees_the_load_the_replicas_report(
         )
         async with httpx.AsyncClient() as c:
             assert (await c.get(f"{fleet_replicas[0].base}/health")).status_code == 200
+
+
+async def test_a_fleet_model_and_the_local_one_serve_side_by_side(
+    fleet: Fleet, replicas: Replicas
+) -> None:
+    (replica,) = replicas(1)
+    local = {"name": "parley-fake", "engine": "fake"}
+    async with fleet([replica.url], extra_models=[local]) as front:
+        listed = (await front.client.get("/api/models", headers=front.auth)).json()["data"]
+        assert [(m["id"], m["engine"]) for m in listed] == [
+            ("fleet", "openai"),
+            ("parley-fake", "fake"),
+        ]
+        r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+        chat_id = r.json()["id"]
+        for model, served in (("fleet", 1), ("parley-fake", 1), ("fleet", 2)):
+            sent = await send_json(front.client, front.auth, chat_id, "hi", model=model)
+            run = await wait_run(front.client, front.auth, sent["run_id"])
+            assert (run["status"], run["model"]) == ("completed", model), run
+            assert replica.served() == served

@@ -27,7 +27,7 @@ CASES = {
 }
 
 
-async def _failed_run(
+async def _one_run(
     fleet: Fleet, url: str, **upstream: Any
 ) -> tuple[dict[str, Any], dict[str, Any], list[Event]]:
     async with fleet([url], **upstream) as front:
@@ -49,7 +49,7 @@ async def test_a_misbehaving_upstream_fails_the_run_clearly(
 ) -> None:
     code, words, kept = CASES[mode]
     server = misbehaving(mode)
-    run, message, evs = await _failed_run(
+    run, message, evs = await _one_run(
         fleet, server.url, first_token_timeout_seconds=2, idle_timeout_seconds=1, max_attempts=1
     )
     assert run["status"] == "failed", run
@@ -65,7 +65,7 @@ async def test_a_misbehaving_upstream_fails_the_run_clearly(
 
 async def test_a_refused_connection_is_an_unavailable_engine(fleet: Fleet) -> None:
     nobody = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    run, message, evs = await _failed_run(fleet, nobody, max_attempts=1)
+    run, message, evs = await _one_run(fleet, nobody, max_attempts=1)
     assert run["status"] == "failed"
     assert run["error"]["code"] == "engine_unavailable"
     assert "unreachable" in run["error"]["message"]
@@ -83,10 +83,39 @@ async def test_the_api_key_named_by_the_settings_is_sent_and_never_logged(
     monkeypatch.setenv("PARLEY_TEST_UPSTREAM_KEY", secret)
     server = misbehaving("error500")
     caplog.set_level(logging.DEBUG)
-    run, _, _ = await _failed_run(
+    run, _, _ = await _one_run(
         fleet, server.url, api_key_env="PARLEY_TEST_UPSTREAM_KEY", max_attempts=1
     )
     assert run["error"]["code"] == "engine_unavailable"
     assert server.authorization() == f"Bearer {secret}"
     assert secret not in caplog.text
     assert secret not in run["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "finish", "usage"),
+    [
+        ("quirky", "Quirky but fine.", "stop", (21, 7)),  # the upstream's own usage
+        ("no-usage", "Counted by chunks", "length", (None, 3)),  # one token a content chunk
+    ],
+)
+async def test_a_real_servers_quirks_are_read_past(
+    fleet: Fleet,
+    misbehaving: Callable[[str], Misbehaving],
+    mode: str,
+    text: str,
+    finish: str,
+    usage: tuple[int | None, int],
+) -> None:
+    server = misbehaving(mode)
+    run, message, evs = await _one_run(fleet, server.url)
+    assert run["status"] == "completed", run
+    assert message["content"] == text
+    assert run["finish_reason"] == finish
+    prompt, completion = usage
+    if prompt is not None:
+        assert run["usage"]["prompt_tokens"] == prompt
+    else:  # parley's own estimate, from the claim
+        assert run["usage"]["prompt_tokens"] > 0
+    assert run["usage"]["completion_tokens"] == completion
+    assert [e.event for e in evs if e.event in ("error", "done")] == ["done"]
