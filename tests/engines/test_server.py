@@ -1,0 +1,132 @@
+"""`parley engine serve` as a process: the built-in engine (a tiny model) behind OpenAI's
+chat-completions API, as a fleet replica and other tools see it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.engines.tiny import save_tiny_chat_model
+from tests.processes import Parley, free_port
+from tests.waiting import eventually_sync
+
+pytestmark = pytest.mark.slow
+
+MODEL = "tiny-chat"
+SYSTEM = "You are a careful assistant. " * 20  # a prefix long enough to fill cache blocks
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("engine-serve")
+    model = save_tiny_chat_model(tmp / "tiny-chat")
+    port = free_port()
+    env = {"PARLEY_BUILTIN_ENGINE__KV_CACHE_TOKENS": "2048", "PARLEY_BUILTIN_ENGINE__DEVICE": "cpu"}
+    proc = Parley(
+        ["engine", "serve", "--model", str(model), "--port", str(port)], env, tmp / "serve.log"
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_log("engine serving", timeout=120)
+        eventually_sync(lambda: _up(base), "the engine's /health")
+        yield base
+    finally:
+        proc.stop()
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _health(base: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{base}/health", timeout=5).json()
+    return body
+
+
+def _ask(content: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0,
+        **kw,
+    }
+
+
+def _chunks(lines: list[str]) -> list[dict[str, Any]]:
+    data = [line[6:] for line in lines if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_models_lists_the_one_model(server: str) -> None:
+    body = httpx.get(f"{server}/v1/models").json()
+    assert [m["id"] for m in body["data"]] == [MODEL]
+
+
+def test_a_streamed_answer_equals_the_whole_one_and_reports_usage(server: str) -> None:
+    whole = httpx.post(f"{server}/v1/chat/completions", json=_ask("hi"), timeout=60).json()
+    text = whole["choices"][0]["message"]["content"]
+    assert whole["usage"]["completion_tokens"] == 8
+    assert whole["choices"][0]["finish_reason"] == "length"
+    with httpx.stream(
+        "POST",
+        f"{server}/v1/chat/completions",
+        json=_ask("hi", stream=True, stream_options={"include_usage": True}),
+        timeout=60,
+    ) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        chunks = _chunks(list(r.iter_lines()))
+    pieces = [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
+    assert "".join(pieces) == text  # greedy: the same answer
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == whole["usage"]
+
+
+def test_the_second_turn_finds_its_prefix_in_the_cache(server: str) -> None:
+    before = _health(server)["prefix_cache"]
+    httpx.post(f"{server}/v1/chat/completions", json=_ask("first"), timeout=60)
+    httpx.post(f"{server}/v1/chat/completions", json=_ask("second"), timeout=60)
+    after = _health(server)["prefix_cache"]
+    assert after["queries"] > before["queries"]
+    assert after["hits"] - before["hits"] >= 16 * 10  # the system prompt's full blocks
+
+
+def test_a_client_that_leaves_frees_its_slot(server: str) -> None:
+    ask = _ask("go on", stream=True, max_tokens=1500)  # the tiny model never stops by itself
+    with httpx.stream("POST", f"{server}/v1/chat/completions", json=ask, timeout=60) as r:
+        lines = r.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        assert _health(server)["in_flight"] == 1
+    eventually_sync(lambda: _health(server)["in_flight"] == 0, "the slot to be freed")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model_not_found"),
+        ({"model": MODEL, "messages": []}, 400, None),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x " * 3000}]},
+            400,
+            "context_length_exceeded",
+        ),
+    ],
+)
+def test_bad_requests_get_openai_error_bodies(
+    server: str, body: dict[str, Any], status: int, code: str | None
+) -> None:
+    r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["message"]
+    assert error["code"] == code
+    assert _health(server)["in_flight"] == 0
