@@ -61,23 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     _process_args(worker, http=False, engine=True)
     worker.set_defaults(handler=_worker)
 
-    engine = sub.add_parser("engine", help="run an engine on its own")
-    engine_sub = engine.add_subparsers(dest="engine_command", required=True)
-    engine_serve = engine_sub.add_parser(
-        "serve", help="serve the built-in (or fake) engine over OpenAI's chat-completions API"
-    )
-    _settings_args(engine_serve)
-    engine_serve.add_argument("--host")
-    engine_serve.add_argument("--port", type=int)
-    engine_serve.add_argument("--engine", choices=[EngineKind.BUILTIN.value, EngineKind.FAKE.value])
-    engine_serve.add_argument("--model", type=Path, help="a .gguf file or HF folder (builtin)")
-    engine_serve.add_argument("--served-model-name", help="the name clients ask for")
-    engine_serve.set_defaults(handler=_engine_serve)
+    _engine_parser(sub)
 
     migrate = sub.add_parser("migrate", help="apply database migrations")
     _settings_args(migrate)
     migrate.set_defaults(handler=_migrate)
 
+    _user_parser(sub)
+    return parser
+
+
+def _user_parser(sub: Any) -> None:
+    """``parley user create / set-tier / list``."""
     user = sub.add_parser("user", help="manage users")
     user_sub = user.add_subparsers(dest="user_command", required=True)
     create = user_sub.add_parser("create", help="create a user")
@@ -96,7 +91,22 @@ def _parser() -> argparse.ArgumentParser:
     list_ = user_sub.add_parser("list", help="list users")
     _settings_args(list_)
     list_.set_defaults(handler=_user_list)
-    return parser
+
+
+def _engine_parser(sub: Any) -> None:
+    """``parley engine serve``."""
+    engine = sub.add_parser("engine", help="run an engine on its own")
+    engine_sub = engine.add_subparsers(dest="engine_command", required=True)
+    engine_serve = engine_sub.add_parser(
+        "serve", help="serve the built-in (or fake) engine over OpenAI's chat-completions API"
+    )
+    _settings_args(engine_serve)
+    engine_serve.add_argument("--host")
+    engine_serve.add_argument("--port", type=int)
+    engine_serve.add_argument("--engine", choices=[EngineKind.BUILTIN.value, EngineKind.FAKE.value])
+    engine_serve.add_argument("--model", type=Path, help="a .gguf file or HF folder (builtin)")
+    engine_serve.add_argument("--served-model-name", help="the name clients ask for")
+    engine_serve.set_defaults(handler=_engine_serve)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

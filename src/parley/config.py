@@ -14,7 +14,7 @@ import os
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -34,9 +34,30 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from parley.engines.settings import (
+    BuiltinEngineSettings,
+    EngineKind,
+    FakeEngineSettings,
+    ModelSettings,
+    ReplicaSettings,
+    UpstreamSettings,
+)
 from parley.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "BuiltinEngineSettings",
+    "EngineKind",
+    "Environment",
+    "FakeEngineSettings",
+    "ModelSettings",
+    "ReplicaSettings",
+    "Settings",
+    "TierSettings",
+    "UpstreamSettings",
+    "load_settings",
+]
 
 DEFAULT_SECRET = "change-me"  # noqa: S105 - the sentinel that production refuses
 
@@ -44,133 +65,6 @@ DEFAULT_SECRET = "change-me"  # noqa: S105 - the sentinel that production refuse
 class Environment(StrEnum):
     DEVELOPMENT = "development"
     PRODUCTION = "production"
-
-
-class EngineKind(StrEnum):
-    BUILTIN = "builtin"
-    FAKE = "fake"
-    OPENAI = "openai"  # OpenAI-compatible servers (vLLM, SGLang, llama.cpp, Ollama, hosted)
-
-
-class BuiltinEngineSettings(BaseModel):
-    """The built-in engine: which model, how much KV cache, how big a step."""
-
-    model_config = {"extra": "forbid"}
-
-    model: Path | None = Field(
-        default=None,
-        description="A .gguf file or a Hugging Face safetensors folder; default: SmolLM2-135M.",
-    )
-    model_name: str | None = Field(default=None, description="Name clients use; default: file's.")
-    kv_cache_tokens: int = Field(default=32_768, gt=0)
-    block_size: int = Field(default=16, gt=0)
-    max_batch_tokens: int = Field(default=512, gt=0)
-    max_running: int = Field(default=64, gt=0)
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    device: str | None = Field(default=None, description="cpu or cuda; default: cuda if present.")
-
-
-class FakeEngineSettings(BaseModel):
-    """The fake engine's pace and size (tests and load benchmarks)."""
-
-    model_config = {"extra": "forbid"}
-
-    time_to_first_token_ms: float = Field(default=50, ge=0)
-    inter_token_latency_ms: float = Field(default=20, ge=0)
-    output_tokens: int = Field(default=32, ge=0)
-    slots: int = Field(default=8, gt=0)
-
-
-class ReplicaSettings(BaseModel):
-    """One OpenAI-compatible server of a model's fleet."""
-
-    model_config = {"extra": "forbid"}
-
-    base_url: str = Field(
-        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
-        description="Up to and including /v1, e.g. http://gpu1:8000/v1.",
-    )
-    slots: int = Field(default=16, gt=0, description="Requests it serves at once.")
-    weight: float = Field(default=1.0, gt=0, description="Its share of the chats, relative.")
-    name: str | None = Field(default=None, description="For logs and metrics; default: host:port.")
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        rest = self.base_url.split("://", 1)[1]
-        return rest.split("/", 1)[0]
-
-
-class UpstreamSettings(BaseModel):
-    """How parley talks to a model's OpenAI-compatible servers, and routes among them."""
-
-    model_config = {"extra": "forbid"}
-
-    connect_timeout_seconds: float = Field(default=5, gt=0)
-    first_token_timeout_seconds: float = Field(
-        default=120, gt=0, description="From the request to its first token (queue + prefill)."
-    )
-    idle_timeout_seconds: float = Field(
-        default=60, gt=0, description="The longest silence between two chunks of an answer."
-    )
-    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
-    api_key_env: str | None = Field(
-        default=None, description="The environment variable that holds the API key instead."
-    )
-    balance_factor: float = Field(
-        default=1.25,
-        ge=1.0,
-        description="Bounded load: a replica above this times the average in-flight passes "
-        "new chats along the ring.",
-    )
-    virtual_nodes: int = Field(default=64, gt=0, description="Ring points per unit of weight.")
-    max_attempts: int = Field(default=3, gt=0, description="Replicas tried before first token.")
-    failure_threshold: int = Field(
-        default=3, gt=0, description="Consecutive failures (requests or probes) that remove it."
-    )
-    recovery_probes: int = Field(
-        default=2, gt=0, description="Consecutive good probes that bring a replica back."
-    )
-    probe_interval_seconds: float = Field(default=5, gt=0)
-    probe_path: str = Field(default="/models", pattern=r"^/", description="Under base_url.")
-
-    def resolved_api_key(self) -> str | None:
-        if self.api_key is not None:
-            return self.api_key.get_secret_value()
-        if self.api_key_env:
-            return os.environ.get(self.api_key_env) or None
-        return None
-
-
-class ModelSettings(BaseModel):
-    """A model clients may ask for, and the engine that serves it."""
-
-    model_config = {"extra": "forbid"}
-
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\s/][^\s]*$")
-    engine: EngineKind
-    upstream_model: str | None = Field(
-        default=None, description="The name sent upstream (openai); default: name."
-    )
-    replicas: list[ReplicaSettings] = Field(default_factory=list)
-    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
-
-    @model_validator(mode="after")
-    def _replicas_for_openai(self) -> ModelSettings:
-        if self.engine is EngineKind.OPENAI and not self.replicas:
-            raise ValueError(f"model {self.name!r}: an openai engine needs at least one replica")
-        if self.engine is not EngineKind.OPENAI and self.replicas:
-            raise ValueError(f"model {self.name!r}: only an openai engine has replicas")
-        urls = [r.base_url.rstrip("/") for r in self.replicas]
-        if len(set(urls)) != len(urls):
-            raise ValueError(f"model {self.name!r}: a replica is listed twice")
-        if self.upstream.api_key_env and not os.environ.get(self.upstream.api_key_env):
-            raise ValueError(
-                f"model {self.name!r}: the environment variable {self.upstream.api_key_env} "
-                "named by api_key_env is not set"
-            )
-        return self
 
 
 class TierSettings(BaseModel):

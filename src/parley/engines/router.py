@@ -32,7 +32,7 @@ import dataclasses
 import hashlib
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from parley.config import ReplicaSettings, UpstreamSettings
@@ -42,6 +42,7 @@ from parley.engines.interface import (
     Engine,
     EngineError,
     EngineUnavailable,
+    FinishReason,
     GenerationRequest,
 )
 from parley.engines.upstream import UpstreamEngine, estimate_prompt_tokens
@@ -100,6 +101,8 @@ class Router:
         self._ring: list[tuple[int, int]] = []  # (point, replica index), sorted
         self._points: list[int] = []
         self._owners: dict[str, Replica] = {}
+        self._aborted: set[str] = set()  # requests stopped while between two attempts
+        self._streaming: set[str] = set()
         self._prober: asyncio.Task[None] | None = None
         self._rebuild()
 
@@ -116,9 +119,23 @@ class Router:
         await self.start()
         upstream = dataclasses.replace(request, model=self.upstream_model)
         key = request.affinity_key or request.request_id
+        self._streaming.add(request.request_id)
+        try:
+            async with contextlib.aclosing(self._attempts(upstream, key)) as attempts:
+                async for delta in attempts:
+                    yield delta
+        finally:
+            self._streaming.discard(request.request_id)
+            self._aborted.discard(request.request_id)
+
+    async def _attempts(self, request: GenerationRequest, key: str) -> AsyncGenerator[Delta, None]:
+        """The request on one replica after another, until one answers or fails it for good."""
         tried: set[Replica] = set()
         failure: EngineError | None = None
         for _ in range(self.settings.max_attempts):
+            if request.request_id in self._aborted:
+                yield Delta("", 0, FinishReason.ABORT)
+                return
             replica = self.pick(key, exclude=tried)
             if replica is None:
                 break
@@ -127,7 +144,7 @@ class Router:
             replica.in_flight += 1
             replica.served += 1
             self._owners[request.request_id] = replica
-            inner = replica.engine.stream(upstream)
+            inner = replica.engine.stream(request)
             try:
                 async for delta in inner:
                     if not started:
@@ -150,6 +167,8 @@ class Router:
         raise failure or EngineUnavailable("no replica of this model can take the request")
 
     async def abort(self, request_id: str) -> None:
+        if request_id in self._streaming:
+            self._aborted.add(request_id)
         replica = self._owners.get(request_id)
         if replica is not None:
             await replica.engine.abort(request_id)
