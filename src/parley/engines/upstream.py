@@ -208,13 +208,13 @@ class UpstreamEngine:
             done, _ = await asyncio.wait(
                 {sending, aborting}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
+        except BaseException:  # cancelled while waiting: nobody will read this response
+            await _discard(sending)
+            raise
         finally:
             aborting.cancel()
         if sending not in done:
-            sending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                late = await sending
-                await late.aclose()
+            await _discard(sending)
             if state.aborted.is_set():
                 return None
             raise EngineUnavailable(
@@ -342,6 +342,14 @@ class UpstreamEngine:
         return EngineUnavailable(
             f"{self.label} sent no token within {self.settings.first_token_timeout_seconds:g} s"
         )
+
+
+async def _discard(sending: asyncio.Future[httpx.Response]) -> None:
+    """Stop a request whose response nobody will read, closing it if it came meanwhile."""
+    sending.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        late = await sending
+        await late.aclose()
 
 
 async def _pump(response: httpx.Response, lines: asyncio.Queue[_Item]) -> None:

@@ -1,0 +1,143 @@
+"""parley in front of a third-party OpenAI-compatible server: llama.cpp's `llama-server`
+serving the bundled SmolLM2-135M-Instruct GGUF.
+
+The peer is built from source under build/peers by `bench/peers/llama_server.sh build`
+(minutes of C++; never a dependency of parley, so not part of `make test` on a fresh
+machine): `make peer-test` builds it and runs this module. Without the binary these tests
+are skipped and say how to build it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fleet.conftest import Fleet
+from tests.processes import free_port
+from tests.runs.helpers import send_json, stored_message, wait_run
+from tests.waiting import eventually, eventually_sync
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA_SERVER = REPO / "build" / "peers" / "llama-server"
+MODEL = "SmolLM2-135M-Instruct"
+# a busy 2-core machine can stall llama.cpp's spinning threads for seconds between tokens
+PATIENT = {"first_token_timeout_seconds": 60, "idle_timeout_seconds": 30}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not LLAMA_SERVER.exists(), reason="no llama-server: `make peer-test` builds it"
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Llama:
+    url: str
+    log: Path
+
+    def cancels(self) -> int:
+        """Requests llama-server has cancelled because their client left."""
+        return self.log.read_text(errors="replace").count("stop: cancel task")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(REPO / "bench/peers/llama_server.sh"), "serve", str(port)],
+            env={"PATH": "/usr/bin:/bin", "LLAMA_SLOTS": "4", "LLAMA_THREADS": "2"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"{base}/health", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        try:
+            eventually_sync(ready, "llama-server to load the model", timeout=120)
+            yield Llama(f"{base}/v1", log)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _slots_busy(url: str) -> int:
+    slots = httpx.get(url.removesuffix("/v1") + "/slots", timeout=5).json()
+    return sum(1 for s in slots if s.get("is_processing"))
+
+
+async def test_llama_server_answers_a_chat_through_parley(fleet: Fleet, llama: Llama) -> None:
+    async with fleet([llama.url], upstream_model=MODEL, **PATIENT) as front:
+        r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+        chat_id = r.json()["id"]
+        sent = await send_json(
+            front.client,
+            front.auth,
+            chat_id,
+            "What is the capital of France?",
+            max_tokens=24,
+            temperature=0,
+        )
+        run = await wait_run(front.client, front.auth, sent["run_id"], timeout=120)
+        assert run["status"] == "completed", run["error"]
+        assert run["finish_reason"] in ("stop", "length")
+        message = await stored_message(front.client, front.auth, chat_id, sent["message_id"])
+        assert message["content"].strip()  # a 135M model's answer: words, not always right
+        # llama-server's own usage: the chat template's tokens, not parley's estimate
+        assert run["usage"]["prompt_tokens"] > 20
+        assert 0 < run["usage"]["completion_tokens"] <= 24
+        second = await send_json(front.client, front.auth, chat_id, "And of Italy?", max_tokens=16)
+        run = await wait_run(front.client, front.auth, second["run_id"], timeout=120)
+        assert run["status"] == "completed", run["error"]
+
+
+async def test_a_stop_frees_llama_servers_slot(fleet: Fleet, llama: Llama) -> None:
+    async with fleet([llama.url], upstream_model=MODEL, **PATIENT) as front:
+        r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+        chat_id = r.json()["id"]
+        sent = await send_json(
+            front.client,
+            front.auth,
+            chat_id,
+            "Count from one to a thousand in words.",
+            max_tokens=500,
+        )
+
+        async def generating() -> bool:
+            run = await front.client.get(f"/api/runs/{sent['run_id']}", headers=front.auth)
+            return run.json()["status"] == "running" and _slots_busy(llama.url) == 1
+
+        await eventually(generating, "llama-server to be generating", timeout=60)
+        cancels_before = llama.cancels()
+        r = await front.client.post(
+            f"/api/chats/{chat_id}/runs/{sent['run_id']}/cancel", headers=front.auth
+        )
+        assert r.status_code == 200
+        # the server cancels the request as soon as parley closes it (its log says so);
+        # freeing the slot waits for its current decode step, which a machine with both
+        # cores busy can stretch to seconds (0.03-0.16 s measured on a quiet one)
+        await eventually(
+            lambda: asyncio.sleep(0, llama.cancels() > cancels_before),
+            "llama-server to cancel the request parley closed",
+            timeout=2,
+        )
+        await eventually(lambda: _idle(llama.url), "llama-server's slot to be freed", timeout=30)
+        assert (await wait_run(front.client, front.auth, sent["run_id"]))["status"] == "cancelled"
+
+
+async def _idle(url: str) -> bool:
+    return _slots_busy(url) == 0
