@@ -240,10 +240,12 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
     chat_id = await _chat(base, auth)
     run_id = await _submit(base, auth, chat_id)
 
-    async def running() -> bool:
-        return bool((await _run(base, auth, run_id))["status"] == "running")
+    key = f"{cluster.env['PARLEY_REDIS_NAMESPACE']}:run:{{{run_id}}}:events"
 
-    await eventually(running, "the first worker to claim the run", timeout=15)
+    async def running() -> bool:  # claimed, and its "running" event is on the stream
+        return "running" in await asyncio.to_thread(_statuses_in_stream, key)
+
+    await eventually(running, "the first worker to start the run", timeout=15)
     stale.proc.send_signal(signal.SIGSTOP)
     try:
         cluster.worker()  # the sweeper re-queues the run once the lease lapses; this one takes it
@@ -267,7 +269,6 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
     message = await _message(base, auth, chat_id, seen[-1].data["message_id"])
     assert text_of(seen) == message["content"]
     # the whole stream, as Redis holds it: one done, and nothing from the stale attempt
-    key = f"{cluster.env['PARLEY_REDIS_NAMESPACE']}:run:{{{run_id}}}:events"
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
         entries = cast(list[tuple[str, dict[str, str]]], client.xrange(key))
@@ -277,3 +278,12 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
     assert kinds.count("done") == 1
     deltas = [json.loads(fields["d"])["text"] for _, fields in entries if fields["k"] == "delta"]
     assert "".join(deltas) == message["content"]
+
+
+def _statuses_in_stream(key: str) -> list[str]:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        entries = cast(list[tuple[str, dict[str, str]]], client.xrange(key))
+    finally:
+        client.close()
+    return [json.loads(f["d"])["status"] for _, f in entries if f["k"] == "status"]
