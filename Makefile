@@ -65,7 +65,7 @@ fuzz-postgres: $(VENV)/.dev
 # parley in front of llama.cpp's llama-server (built from source under build/peers: minutes)
 peer-test: $(VENV)/.dev
 	bench/peers/llama_server.sh build
-	$(VENV)/bin/pytest -q -rs tests/fleet/test_peer.py
+	$(VENV)/bin/pytest -q -m peer tests/fleet/test_peer.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

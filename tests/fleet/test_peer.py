@@ -3,8 +3,8 @@ serving the bundled SmolLM2-135M-Instruct GGUF.
 
 The peer is built from source under build/peers by `bench/peers/llama_server.sh build`
 (minutes of C++; never a dependency of parley, so not part of `make test` on a fresh
-machine): `make peer-test` builds it and runs this module. Without the binary these tests
-are skipped and say how to build it.
+machine): `make peer-test` builds it and runs this module (marked ``peer``, which the
+default run deselects).
 """
 
 from __future__ import annotations
@@ -29,12 +29,7 @@ MODEL = "SmolLM2-135M-Instruct"
 # a busy 2-core machine can stall llama.cpp's spinning threads for seconds between tokens
 PATIENT = {"first_token_timeout_seconds": 60, "idle_timeout_seconds": 30}
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not LLAMA_SERVER.exists(), reason="no llama-server: `make peer-test` builds it"
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.peer]
 
 
 @dataclass(frozen=True)
@@ -49,6 +44,7 @@ class Llama:
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    assert LLAMA_SERVER.exists(), "no build/peers/llama-server: `make peer-test` builds it"
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     with log.open("wb") as out:
