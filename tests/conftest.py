@@ -23,6 +23,7 @@ no ``pytest.mark.timeout`` of its own.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,11 @@ from tests.builders import (
     sqlite_url,
     truncate,
 )
+
+# Under xdist three workers share two cores: one torch (OpenMP) thread each, or their
+# spinning threads, the machine's other load and each other stall the model tests for minutes.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 STACKS = [s for s in ("sqlite-memory", "postgres-redis") if s.split("-")[0] in BACKENDS]
 
