@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from parley import logs
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.store.database import Database
@@ -47,6 +48,11 @@ def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> No
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=[f.value for f in logs.LogFormat],
+        help="json lines, readable text, or auto (default: JSON unless stderr is a terminal)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the whole service (api + worker) in one process")
@@ -109,24 +115,33 @@ def _engine_parser(sub: Any) -> None:
     engine_serve.set_defaults(handler=_engine_serve)
 
 
+_SETTINGS_FLAGS = (
+    "config_file",
+    "data_dir",
+    "database_url",
+    "host",
+    "port",
+    "redis_url",
+    "engine",
+    "log_format",
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.hold(args.log_level)  # the settings choose the format, and log while they load
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    overrides = {
-        k: getattr(args, k, None)
-        for k in ("config_file", "data_dir", "database_url", "host", "port", "redis_url", "engine")
-    }
+    overrides = {k: getattr(args, k, None) for k in _SETTINGS_FLAGS}
     model = getattr(args, "model", None)
     if model is not None:
         overrides["builtin_engine"] = {"model": model}
     try:
         settings = load_settings(**overrides)
     except ConfigurationError as e:
+        logs.configure(args.log_format or logs.LogFormat.AUTO, args.log_level)
         print(f"parley: {e}", file=sys.stderr)
         return 2
+    logs.configure(settings.log_format, args.log_level)
     handler: Handler = args.handler
     try:
         return _run(handler(args, settings))
@@ -169,6 +184,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        log_config=None,  # uvicorn's lines go to the root logger, in parley's format
         lifespan="on",
         proxy_headers=False,
     )
@@ -200,7 +216,12 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("parley engine serve runs the builtin or the fake engine")
     server = EngineServer(engine, name, default_max_tokens=settings.default_max_tokens)
     config = uvicorn.Config(
-        server.app(), host=settings.host, port=settings.port, log_level="warning", lifespan="on"
+        server.app(),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        log_config=None,  # uvicorn's lines go to the root logger, in parley's format
+        lifespan="on",
     )
     log.info("engine serving %s on http://%s:%d/v1", name, settings.host, settings.port)
     _freeze_startup_objects()

@@ -43,6 +43,7 @@ from parley.engines.settings import (
     UpstreamSettings,
 )
 from parley.errors import ConfigurationError
+from parley.logs import LogFormat
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ __all__ = [
     "EngineKind",
     "Environment",
     "FakeEngineSettings",
+    "LogFormat",
     "ModelSettings",
     "ReplicaSettings",
     "Settings",
@@ -146,6 +148,11 @@ class Settings(BaseSettings):
         description="sqlite:///PATH or postgresql://…; defaults to SQLite in data_dir.",
     )
     database_echo: bool = False
+
+    log_format: LogFormat = Field(
+        default=LogFormat.AUTO,
+        description="Log lines: json, text, or auto (JSON unless stderr is a terminal).",
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

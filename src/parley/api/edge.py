@@ -9,6 +9,8 @@
 * ``Cache-Control: no-store`` on everything under ``/api`` and ``/v1``: those answers
   depend on the caller (the login body holds the session token, /api/me the email).
 * Redirects are relative: a ``Location`` never names the request's ``Host`` header.
+* Every log line of the request carries its request id, and the trace id of a valid W3C
+  ``traceparent`` header (``parley.logs``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley import logs
 from parley.api.error_responses import parley_error_response
 from parley.errors import ParleyError
 
@@ -48,20 +51,28 @@ class Edge:
                 message["headers"] = edge_headers(message, request_id, private=private)
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_at_edge)
-        except Exception as exc:
-            log.error(
-                "unhandled error (request id %s) in %s %s%s",
-                request_id,
-                scope.get("method"),
-                str(scope.get("path", ""))[:200],
-                " after the response started: connection closed" if started else "",
-                exc_info=exc,
-            )
-            if not started:
-                response = parley_error_response(internal_error(request_id))
-                await response(scope, receive, send_at_edge)
+        with logs.bind(request_id=request_id, trace_id=trace_id(scope)):
+            try:
+                await self.app(scope, receive, send_at_edge)
+            except Exception as exc:
+                log.error(
+                    "unhandled error (request id %s) in %s %s%s",
+                    request_id,
+                    scope.get("method"),
+                    str(scope.get("path", ""))[:200],
+                    " after the response started: connection closed" if started else "",
+                    exc_info=exc,
+                )
+                if not started:
+                    response = parley_error_response(internal_error(request_id))
+                    await response(scope, receive, send_at_edge)
+
+
+def trace_id(scope: Scope) -> str | None:
+    """The trace id of the request's ``traceparent`` header; None if it has none, a
+    malformed one, or more than one."""
+    values = [value for name, value in scope.get("headers", []) if name.lower() == b"traceparent"]
+    return logs.trace_id_of(values[0].decode("latin-1")) if len(values) == 1 else None
 
 
 def internal_error(request_id: str) -> ParleyError:

@@ -13,6 +13,10 @@ One asyncio task per run, at most ``concurrency`` at once. Each run holds a leas
 on its row, renewed while it works; the sweeper recovers runs whose lease lapses.
 Cancel is watched concurrently with generation, so a stop frees the engine slot
 even while the engine is still before its first token.
+
+Each run's task binds the run's id (and, once claimed, its user's id) to the log context
+(``parley.logs``), so every line logged for the run carries them; a run logs one line when
+it starts and one when it ends (ids, counts and status, never the conversation).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import socket
 from datetime import timedelta
 
+from parley import logs
 from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
@@ -107,16 +112,19 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _execute(self, item: QueuedRun) -> None:
-        try:
-            claimed = await self._claim(item.run_id)
-            if claimed is not None:
-                await self._generate(*claimed)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("run %s failed in the worker", item.run_id)
-        finally:
-            self._slots.release()
+        with logs.bind(run_id=item.run_id):
+            try:
+                claimed = await self._claim(item.run_id)
+                if claimed is not None:
+                    run, request = claimed
+                    with logs.bind(user_id=run.user_id):
+                        await self._generate(run, request)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("run %s failed in the worker", item.run_id)
+            finally:
+                self._slots.release()
 
     async def _claim(self, run_id: str) -> tuple[Run, GenerationRequest] | None:
         """Take the run (None if another worker has it or it ended) with its prompt, whose
@@ -135,6 +143,7 @@ class Worker:
     async def _generate(self, run: Run, request: GenerationRequest) -> None:
         progress = Progress()
         self._active[run.id] = progress
+        log.info("run %s started (attempt %d, model %s)", run.id, run.attempts, run.model)
         watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
         try:
             if await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
@@ -160,8 +169,19 @@ class Worker:
             await self._give_up(run)
             return
         guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
-        if await self._finisher.finish(run.id, progress.outcome(run.prompt_tokens), guard) is None:
+        ended = await self._finisher.finish(run.id, progress.outcome(run.prompt_tokens), guard)
+        if ended is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
+            return
+        log.info(
+            "run %s ended with %s (finish reason %s, %s prompt + %s completion tokens%s)",
+            run.id,
+            ended.status.value,
+            ended.finish_reason,
+            ended.prompt_tokens,
+            ended.completion_tokens,
+            f", error {ended.error_code}" if ended.error_code else "",
+        )
 
     async def _stream(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
         if progress.cancelled or await self._bus.cancel_requested(run.id):
