@@ -307,7 +307,7 @@ class UpstreamEngine:
         try:
             body = json.loads(data)
         except json.JSONDecodeError:
-            raise self._broken(tally, f"sent a malformed chunk: {data[:120]!r}") from None
+            raise self._broken(f"sent a malformed chunk: {data[:120]!r}") from None
         if isinstance(body, dict) and "error" in body:
             said = error_message(body) or "an error"
             if tally.started:
@@ -316,7 +316,7 @@ class UpstreamEngine:
         try:
             return ChatCompletionChunk.model_validate(body)
         except ValidationError:
-            raise self._broken(tally, f"sent a chunk of the wrong shape: {data[:120]!r}") from None
+            raise self._broken(f"sent a chunk of the wrong shape: {data[:120]!r}") from None
 
     def _last(self, tally: _Tally) -> Delta:
         """The closing delta: the finish reason, and the tokens the upstream counted beyond
@@ -326,7 +326,7 @@ class UpstreamEngine:
             extra = max(0, tally.completion_tokens - tally.tokens)
         return Delta("", extra, tally.finish or FinishReason.STOP, tally.prompt_tokens)
 
-    def _broken(self, tally: _Tally, what: str) -> EngineError:
+    def _broken(self, what: str) -> EngineError:
         return UpstreamBroken(f"{self.label} {what}")
 
     def _cut(self, tally: _Tally, why: str) -> EngineError:
