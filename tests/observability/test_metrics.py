@@ -4,6 +4,8 @@ sharing a ``metrics_dir``, the api's /metrics shows what the worker measured."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ from parley.engines.interface import ChatMessage, GenerationRequest
 from parley.errors import ConfigurationError
 from parley.observability.metrics import build_metrics
 from parley.services import bus_limits
+from tests.builders import BACKENDS, REDIS_URL, truncate
 from tests.helpers import user_headers
+from tests.processes import Parley, free_port
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import events
 from tests.waiting import eventually
@@ -261,3 +265,85 @@ def _request(run_id: str, *, max_tokens: int, content: str = "hi") -> Generation
         messages=[ChatMessage("user", content)],
         max_tokens=max_tokens,
     )
+
+
+# -- separate processes: api + worker sharing a metrics directory -------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("postgres" not in BACKENDS, reason="needs Postgres")
+async def test_the_api_shows_what_a_separate_worker_process_measured(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``parley api`` and ``parley worker`` with one ``metrics_dir``: the worker generates,
+    the api's /metrics shows its time-to-first-token observations and its engine's load.
+    The worker also answers its own /metrics (``--metrics-port``)."""
+    await truncate(postgres_url)
+    (tmp_path / "metrics").mkdir()
+    env = {
+        "PARLEY_DATABASE_URL": postgres_url,
+        "PARLEY_REDIS_URL": REDIS_URL,
+        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
+        "PARLEY_ENGINE": "fake",
+        "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": "12",
+        "PARLEY_METRICS_DIR": str(tmp_path / "metrics"),
+        "PARLEY_METRICS_SAMPLE_SECONDS": "0.2",
+    }
+    port, worker_port = free_port(), free_port()
+    api = Parley(["api", "--port", str(port)], env, tmp_path / "api.log")
+    worker_args = ["worker", "--metrics-port", str(worker_port)]
+    worker = Parley(worker_args, env, tmp_path / "worker.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        api.wait_ready(base)
+        worker.wait_log("taking runs")
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            await _two_runs_measured_by_the_worker(client)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{worker_port}") as own:
+            mine = await scrape(own)  # the same directory: the worker sees all of it too
+            by = {"model": FAKE_MODEL, "tier": "free"}
+            assert total(mine, "parley_time_to_first_token_seconds_count", **by) == 2
+    finally:
+        api.stop()
+        worker.stop()
+
+
+async def _two_runs_measured_by_the_worker(client: httpx.AsyncClient) -> None:
+    auth = await user_headers(client, "ada@example.com")
+    sent = [await send_json(client, auth, await new_chat(client, auth)) for _ in range(2)]
+    runs = [await wait_run(client, auth, s["run_id"]) for s in sent]
+    assert [r["status"] for r in runs] == ["completed"] * 2
+    by = {"model": FAKE_MODEL, "tier": "free"}
+
+    async def counted() -> Samples | None:
+        samples = await scrape(client)
+        done = total(samples, "parley_runs_total", status="completed", **by)
+        return samples if done == 2 else None
+
+    samples = await eventually(counted, "the api to show the worker's two runs")
+    assert total(samples, "parley_time_to_first_token_seconds_count", **by) == 2
+    assert total(samples, "parley_inter_token_latency_seconds_count", **by) == 2 * 11
+    assert total(samples, "parley_completion_tokens_total", **by) == 2 * 12
+    # sampled in the worker's process only (the api has no engine): present, idle now
+    await eventually(
+        lambda: _sampled(client), "the api to show the worker's engine load", timeout=30
+    )
+
+
+async def _sampled(client: httpx.AsyncClient) -> bool:
+    samples = await scrape(client)
+    return ("parley_engine_batch_size", frozenset({("model", FAKE_MODEL)})) in samples
+
+
+async def test_the_grafana_dashboard_only_asks_for_metrics_parley_exposes(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.get("/metrics")
+    families = {f.name for f in text_string_to_metric_families(r.text)}
+    dashboard = (Path(__file__).parents[2] / "deploy" / "grafana" / "parley.json").read_text()
+    asked = {
+        re.sub(r"_(bucket|total|count|sum)$", "", name)
+        for name in re.findall(r"parley_[a-z_]+", dashboard)
+    }
+    assert asked, "the dashboard names no parley metric"
+    assert asked <= families, asked - families
