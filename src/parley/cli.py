@@ -24,6 +24,7 @@ from parley.errors import ConfigurationError
 from parley.store.database import Database
 
 if TYPE_CHECKING:
+    from parley.observability.server import MetricsServer
     from parley.services import Services
 
 log = logging.getLogger("parley")
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="run a worker only (needs --redis-url)")
     _process_args(worker, http=False, engine=True)
+    worker.add_argument("--metrics-port", type=int, help="serve this worker's own /metrics here")
     worker.set_defaults(handler=_worker)
 
     _engine_parser(sub)
@@ -127,6 +129,7 @@ _SETTINGS_FLAGS = (
     "redis_url",
     "engine",
     "log_format",
+    "metrics_port",
 )
 
 
@@ -261,11 +264,25 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     await services.start()
     assert services.worker is not None
+    metrics = _worker_metrics(services, settings)
     log.info("parley worker %s taking runs", services.worker.worker_id)
     await stop.wait()
     log.info("parley worker stopping: finishing runs in progress")
     await services.close(grace=settings.lease_seconds)
+    if metrics is not None:
+        await metrics.stop()
     return 0
+
+
+def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | None:
+    """A worker's own /metrics on ``metrics_port`` (for a worker on a host of its own)."""
+    if settings.metrics_port is None:
+        return None
+    from parley.observability.server import MetricsServer, metrics_app
+
+    app = metrics_app(services.metrics, services.bus, services.engine, settings.metrics_token)
+    log.info("worker metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
+    return MetricsServer(app, settings.host, settings.metrics_port)
 
 
 async def _migrate(_: argparse.Namespace, settings: Settings) -> int:

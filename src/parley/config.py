@@ -249,6 +249,35 @@ class Settings(BaseSettings):
     max_open_streams_per_user: int = Field(default=8, gt=0)
     idempotency_ttl_seconds: int = Field(default=24 * 3600, gt=0)
 
+    # -- observability
+    metrics_dir: Path | None = Field(
+        default=None,
+        description="A directory every parley process of this host writes its metrics to "
+        "(prometheus_client's multiprocess mode): /metrics of any shows them all. It must "
+        "exist and be writable; empty it before the processes start.",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None, description="When set, /metrics needs 'Authorization: Bearer <token>'."
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="parley worker: serve its own /metrics here."
+    )
+    metrics_sample_seconds: float = Field(
+        default=5, gt=0, description="How often a process with an engine samples its load."
+    )
+
+    @field_validator("metrics_dir")
+    @classmethod
+    def _writable_directory(cls, path: Path | None) -> Path | None:
+        if path is None:
+            return None
+        path = path.resolve()
+        if not path.is_dir():
+            raise ValueError(f"{path} is not a directory (create it before starting parley)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{path} is not writable by this process")
+        return path
+
     @classmethod
     def settings_customise_sources(
         cls,

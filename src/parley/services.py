@@ -20,6 +20,7 @@ from parley.bus.memory import MemoryBus
 from parley.config import Settings
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
+from parley.observability.metrics import Metrics, build_metrics
 from parley.qos.budget import Budget
 from parley.runs.finisher import Finisher
 from parley.runs.relay import Relay
@@ -43,6 +44,7 @@ class Services:
     sweeper: Sweeper
     models: list[str]
     cursors: Cursors
+    metrics: Metrics
     engine: Engine | None = None
     worker: Worker | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -52,6 +54,8 @@ class Services:
         self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
         if self.engine is not None:
             await self.engine.start()
+            sampler = self.metrics.sample_forever(self.engine, self.settings.metrics_sample_seconds)
+            self._tasks.append(asyncio.create_task(sampler, name="metrics"))
         if self.worker is not None:
             self._tasks.append(asyncio.create_task(self.worker.run_forever(), name="worker"))
 
@@ -68,6 +72,7 @@ class Services:
             await self.engine.close()
         await self.bus.close()
         await self.db.dispose()
+        self.metrics.close()
 
 
 def bus_limits(settings: Settings) -> BusLimits:
@@ -104,7 +109,8 @@ def build_services(
     bus = bus or build_bus(settings)
     models = configured_models(settings)
     budget = Budget(bus, settings)
-    finisher = Finisher(db, bus, budget)
+    metrics = build_metrics(settings)
+    finisher = Finisher(db, bus, budget, listeners=[metrics.run_ended])
     services = Services(
         settings=settings,
         db=db,
@@ -113,10 +119,11 @@ def build_services(
         finisher=finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
         submitter=Submitter(db, bus, budget, settings, models),
-        relay=Relay(db, bus, settings),
+        relay=Relay(db, bus, settings, metrics=metrics),
         sweeper=Sweeper(db, bus, finisher, settings),
         models=models,
         cursors=Cursors(settings.secret_key.get_secret_value()),
+        metrics=metrics,
     )
     if worker:
         add_worker(services, engine)
@@ -135,4 +142,5 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         services.finisher,
         settings,
         concurrency=concurrency,
+        metrics=services.metrics,
     )

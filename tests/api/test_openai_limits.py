@@ -15,11 +15,13 @@ from openai.types.chat import ChatCompletionMessageParam
 from parley.engines.fake import FAKE_MODEL
 from tests.helpers import bearer, signup
 
-# 60 tokens of budget refilled at 20 a second; a request reserves 40 + 3 = 43 and settles to
-# the fake engine's 6 + 24 = 30, so a second request right after the first finds about 20
-# and is refused for about a second, and a retry after Retry-After is admitted.
+# 60 tokens of budget refilled at one a second. The first request reserves 40 + 3 = 43 and
+# settles to the fake engine's 6 + 24 = 30, leaving 30; the next asks for 32 + 3 = 35, so it
+# is refused for about 5 s (a machine may stall that long between the two and the test still
+# holds), and a retry after Retry-After is admitted.
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
-MAX_TOKENS = 40
+FIRST_MAX_TOKENS = 40
+MAX_TOKENS = 32
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ def run_overrides() -> dict[str, Any]:
         "tiers": {
             "metered": {
                 "priority": 0,
-                "tokens_per_minute": 1200,
+                "tokens_per_minute": 60,
                 "burst_tokens": 60,
                 "max_concurrent_runs": 4,
                 "max_output_tokens": 100,
@@ -76,7 +78,7 @@ async def _spend(oai: openai.AsyncOpenAI) -> None:
     done = await oai.chat.completions.create(
         model=FAKE_MODEL,
         messages=HELLO,
-        max_tokens=MAX_TOKENS,
+        max_tokens=FIRST_MAX_TOKENS,
     )
     assert done.usage is not None and done.usage.total_tokens == 30
 

@@ -44,6 +44,17 @@ async def principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     cookie: Annotated[str | None, Depends(cookie_scheme)],
 ) -> Principal:
+    who = await _authenticate(request, svc, bearer, cookie)
+    request.state.principal = who  # whose request a refusal refused (metrics: its tier)
+    return who
+
+
+async def _authenticate(
+    request: Request,
+    svc: Services,
+    bearer: HTTPAuthorizationCredentials | None,
+    cookie: str | None,
+) -> Principal:
     if request.headers.get("authorization") is not None:
         if bearer is None or not bearer.credentials:
             raise Unauthenticated(

@@ -63,9 +63,24 @@ def parley_error_response(exc: ParleyError) -> JSONResponse:
     return JSONResponse(error_body(exc), status_code=exc.status_code, headers=headers or None)
 
 
-async def _on_parley_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_parley_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ParleyError)
+    if exc.status_code in _REFUSALS:
+        _count_refusal(request, exc)
     return parley_error_response(exc)
+
+
+_REFUSALS = frozenset({429, 503})  # refused for load or quota: counted by tier and code
+
+
+def _count_refusal(request: Request, exc: ParleyError) -> None:
+    """Count a refusal under the tier of whoever was refused (``api.deps.principal`` keeps
+    it on the request; none before authentication: sign-up and log-in throttles)."""
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        return
+    who = getattr(request.state, "principal", None)
+    services.metrics.refused(getattr(who, "tier", None), exc.code)
 
 
 async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:

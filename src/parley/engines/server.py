@@ -36,6 +36,7 @@ from parley.engines.interface import (
     EngineError,
     GenerationRequest,
 )
+from parley.engines.stats import engine_stats
 from parley.openai.protocol import (
     DONE,
     AssistantMessage,
@@ -121,7 +122,8 @@ class EngineServer:
         return _json({"status": "ok", "model": self.model, **self.stats()})
 
     def stats(self) -> dict[str, Any]:
-        queries, hits = _prefix_cache(self.engine)
+        engine = engine_stats(self.engine)
+        queries, hits = engine.prefix_queries, engine.prefix_hits
         return {
             "in_flight": self.counters.in_flight,
             "served": self.counters.served,
@@ -254,15 +256,6 @@ async def _prepend(first: Delta | None, rest: AsyncGenerator[Delta, None]) -> As
         yield first
     async for delta in rest:
         yield delta
-
-
-def _prefix_cache(engine: Engine) -> tuple[int, int]:
-    """(prompt tokens looked up, found) in the engine's prefix cache; zeros without one."""
-    core = getattr(engine, "core", None)
-    blocks = getattr(core, "blocks", None)
-    if blocks is None:
-        return 0, 0
-    return int(blocks.queries), int(blocks.hits)
 
 
 def _invalid(e: ValidationError) -> str:

@@ -18,6 +18,7 @@ from parley.accounts.service import Principal
 from parley.bus.interface import Bus, EventKind, RunEvent, StreamEntry, valid_entry_id
 from parley.config import Settings
 from parley.errors import InvalidRequest, RateLimited
+from parley.observability.metrics import Metrics
 from parley.runs.events import delta_event, done_event, sse_frame, sse_ping
 from parley.store import run_records
 from parley.store.database import Database
@@ -30,10 +31,13 @@ PING = StreamEntry("", RunEvent(EventKind.STATUS, {}))
 
 
 class Relay:
-    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, bus: Bus, settings: Settings, *, metrics: Metrics | None = None
+    ) -> None:
         self._db = db
         self._bus = bus
         self._settings = settings
+        self._metrics = metrics
 
     async def open(
         self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
@@ -82,6 +86,8 @@ class Relay:
         run is looked at before any wait."""
         resumed = after is not None
         wait = 0.0 if ended else self._settings.ping_interval_seconds
+        if self._metrics is not None:
+            self._metrics.stream_opened(resumed=resumed)
         try:
             while True:
                 entries = await self._bus.read(run_id, after, timeout=wait)
@@ -103,6 +109,8 @@ class Relay:
                 await self._hold(who, slot)  # refresh the slot this stream holds
         finally:
             # the client is gone and this task is being cancelled: give the slot back anyway
+            if self._metrics is not None:
+                self._metrics.stream_closed()
             with anyio.CancelScope(shield=True):
                 await self._bus.close_stream(who.user_id, slot)
 

@@ -34,6 +34,7 @@ from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
+from parley.observability.metrics import Metrics
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.inputs import RunInput
@@ -56,12 +57,14 @@ class Worker:
         *,
         concurrency: int,
         worker_id: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._db = db
         self._bus = bus
         self._engine = engine
         self._settings = settings
         self._finisher = finisher
+        self._metrics = metrics
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
@@ -191,6 +194,8 @@ class Worker:
             progress.cancelled = True  # stopped before the engine saw it
             return
         stream = self._engine.stream(request)
+        if self._metrics is not None:  # time to first token, inter-token latency
+            stream = self._metrics.timed(run, stream)
         try:
             async for delta in stream:
                 if delta.text or delta.tokens:
