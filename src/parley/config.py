@@ -183,6 +183,13 @@ class Settings(BaseSettings):
     session_idle_timeout_seconds: int = Field(
         default=7 * 24 * 3600, ge=120, description="A session unused this long is refused."
     )
+    auth_cache_seconds: float = Field(
+        default=5,
+        ge=0,
+        le=300,
+        description="How long a process trusts an API key it has checked (0: check every "
+        "time); a revocation made in another process takes effect here within it.",
+    )
     # login_free_failures (above) count per (email, client address); past them: 429
     login_email_free_failures: int = Field(
         default=20, ge=1, description="Failures for one email, any address, before slowing."

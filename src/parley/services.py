@@ -144,3 +144,6 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         concurrency=concurrency,
         metrics=services.metrics,
     )
+    # the process's own worker takes runs made while it has a free slot and nothing is
+    # queued, claimed in the transaction that makes them
+    services.submitter.hand_off_to(services.worker)

@@ -22,7 +22,13 @@ NEW_PASSWORD = "a brand new passphrase 42"
 
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
-    return {"session_ttl_seconds": 7 * 24 * 3600, "session_idle_timeout_seconds": 3600}
+    # auth_cache_seconds 0: every use of an API key is looked up here, so its last-use
+    # writes are seen (the cache of API keys is tested in tests/accounts/test_credential_cache)
+    return {
+        "session_ttl_seconds": 7 * 24 * 3600,
+        "session_idle_timeout_seconds": 3600,
+        "auth_cache_seconds": 0,
+    }
 
 
 async def _login(client: httpx.AsyncClient, email: str, password: str = PASSWORD) -> str:

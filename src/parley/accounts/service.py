@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts import tokens
+from parley.accounts.credential_cache import CredentialCache
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
 from parley.accounts.throttle import AccountThrottles
@@ -58,6 +59,7 @@ class Accounts:
         self._passwords = passwords
         self._throttles = throttles
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
+        self._cache = CredentialCache(settings.auth_cache_seconds)
 
     async def signup(self, email: str, password: str, client: str | None = None) -> Login:
         check_password(password, email=email)  # refusals cost no sign-up attempt
@@ -101,6 +103,7 @@ class Accounts:
             )
         await self._throttles.password_ok(principal.email, client)
         new_hash = await self._passwords.hash(new)
+        self._cache.forget_user(principal.user_id)
         async with self._db.transaction() as s:
             user = await users.get_user(s, principal.user_id) or user
             await users.set_password_hash(s, user, new_hash)
@@ -111,6 +114,7 @@ class Accounts:
     async def logout(self, principal: Principal) -> None:
         if principal.kind is not CredentialKind.SESSION:
             raise InvalidRequest("logout ends a session; revoke an API key with DELETE /api/keys")
+        self._cache.forget_user(principal.user_id)
         async with self._db.transaction() as s:
             await credentials.revoke_session(
                 s, user_id=principal.user_id, session_id=principal.credential_id
@@ -118,6 +122,7 @@ class Accounts:
 
     async def logout_everywhere(self, principal: Principal) -> int:
         """End every session of the user, this one too; how many were ended."""
+        self._cache.forget_user(principal.user_id)
         async with self._db.transaction() as s:
             return await credentials.revoke_sessions(s, user_id=principal.user_id)
 
@@ -128,6 +133,7 @@ class Accounts:
     async def end_session(self, principal: Principal, session_id: str) -> None:
         """End one of the user's sessions; NotFound for anyone else's (or an ended one)."""
         found = is_id("sess", session_id)  # an id never issued is looked up nowhere
+        self._cache.forget_user(principal.user_id)
         if found:
             async with self._db.transaction() as s:
                 found = await credentials.revoke_session(
@@ -139,6 +145,16 @@ class Accounts:
     async def authenticate(self, token: str) -> Principal:
         """The principal a bearer token or session cookie stands for, or Unauthenticated."""
         token_hash = tokens.hash_token(token)
+        if not token.startswith(tokens.API_KEY_PREFIX):  # sessions expire and idle out
+            return await self._look_up(token, token_hash)
+        cached = self._cache.get(token_hash)
+        if cached is not None:
+            return cached
+        principal = await self._look_up(token, token_hash)
+        self._cache.put(token_hash, principal)
+        return principal
+
+    async def _look_up(self, token: str, token_hash: str) -> Principal:
         now = utcnow()
         async with self._db.transaction() as s:
             credential: SessionRow | ApiKey | None
@@ -190,6 +206,7 @@ class Accounts:
 
     async def revoke_api_key(self, principal: Principal, key_id: str) -> None:
         found = is_id("key", key_id)  # an id never issued is looked up nowhere
+        self._cache.forget_user(principal.user_id)
         if found:
             async with self._db.transaction() as s:
                 found = await credentials.revoke_api_key(

@@ -29,6 +29,7 @@ from parley.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from parley.qos.budget import rate_limit_headers
 
 _HTTP_ERRORS: dict[int, tuple[type[ParleyError], str | None]] = {
     400: (InvalidRequest, "bad_request"),
@@ -67,6 +68,7 @@ async def _on_parley_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ParleyError)
     if exc.status_code in _REFUSALS:
         _count_refusal(request, exc)
+    await _with_rate_limits(request, exc)
     return parley_error_response(exc)
 
 
@@ -83,9 +85,29 @@ def _count_refusal(request: Request, exc: ParleyError) -> None:
     services.metrics.refused(getattr(who, "tier", None), exc.code)
 
 
-async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return parley_error_response(_validation_error(exc.errors()))
+    error = _validation_error(exc.errors())
+    if request.url.path.startswith(OPENAI_PREFIX) and isinstance(error, ValidationFailed):
+        # OpenAI's API answers an invalid parameter with 400 (its clients' BadRequestError)
+        error = InvalidRequest(error.message, code="invalid_parameter", param=error.param)
+    await _with_rate_limits(request, error)
+    return parley_error_response(error)
+
+
+OPENAI_PREFIX = "/v1/"
+
+
+async def _with_rate_limits(request: Request, exc: ParleyError) -> None:
+    """OpenAI's API answers every authenticated request with the ``x-ratelimit-*`` headers,
+    refusals included: the caller's token balance, unless the error carries it already."""
+    who = getattr(request.state, "principal", None)
+    services = getattr(request.app.state, "services", None)
+    if who is None or services is None or not request.url.path.startswith(OPENAI_PREFIX):
+        return
+    if "x-ratelimit-limit-tokens" not in exc.headers:
+        balance = await services.budget.balance(who.user_id, who.tier)
+        exc.headers = {**rate_limit_headers(balance), **exc.headers}
 
 
 def _validation_error(errors: Sequence[dict[str, Any]]) -> ParleyError:

@@ -14,8 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
 from parley.bus.interface import EventKind, StreamEntry
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest, ParleyError, Unavailable
@@ -25,7 +23,7 @@ from parley.openai.protocol import (
     ChatCompletion,
     ChatCompletionRequest,
     CompletionChoice,
-    Usage,
+    CompletionUsage,
     sse_data,
 )
 from parley.runs.inputs import RunInput
@@ -34,23 +32,6 @@ from parley.runs.submit import ProgramRequest
 # finish reasons of runs that did not complete (OpenAI has none for a stopped request;
 # vLLM's "abort" is the one OpenAI-compatible servers use)
 ABORTED = "abort"
-
-
-def read_request(raw: bytes) -> ChatCompletionRequest:
-    """The body as a chat-completions request; InvalidRequest (400) naming the parameter."""
-    try:
-        return ChatCompletionRequest.model_validate_json(raw)
-    except ValidationError as e:
-        first = e.errors()[0]
-        if first["type"] == "json_invalid":
-            reason = first.get("ctx", {}).get("error", "")
-            raise InvalidRequest(
-                f"the body is not valid JSON: {reason}", code="invalid_json"
-            ) from None
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequest(
-            f"{param or 'body'}: {first['msg']}", code="invalid_request_error", param=param
-        ) from None
 
 
 def program_request(body: ChatCompletionRequest) -> ProgramRequest:
@@ -102,7 +83,7 @@ class Answer:
 
     text: list[str] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: Usage = field(default_factory=Usage)
+    usage: CompletionUsage = field(default_factory=CompletionUsage)
     error: ParleyError | None = None
 
     def take(self, entry: StreamEntry) -> bool:
@@ -117,7 +98,7 @@ class Answer:
                 self.error = run_error(data.get("code", "engine_error"), data.get("message", ""))
             case EventKind.DONE:
                 self.finish_reason = finish_reason(data)
-                self.usage = Usage(**data.get("usage", {}))
+                self.usage = CompletionUsage(**data.get("usage", {}))
                 return True
         return False
 

@@ -46,11 +46,11 @@ from parley.openai.protocol import (
     ChunkChoice,
     ChunkDelta,
     CompletionChoice,
+    CompletionUsage,
     ErrorDetail,
     ErrorResponse,
     ModelCard,
-    ModelList,
-    Usage,
+    ModelCardList,
     sse_data,
 )
 
@@ -77,9 +77,9 @@ class _Answer:
             self.finish = delta.finish_reason.value
 
     @property
-    def usage(self) -> Usage:
+    def usage(self) -> CompletionUsage:
         total = self.prompt_tokens + self.completion_tokens
-        return Usage(
+        return CompletionUsage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             total_tokens=total,
@@ -116,7 +116,7 @@ class EngineServer:
         )
 
     async def models(self, _: Request) -> Response:
-        return _json(ModelList(data=[ModelCard(id=self.model)]).model_dump())
+        return _json(ModelCardList(data=[ModelCard(id=self.model)]).model_dump())
 
     async def health(self, _: Request) -> Response:
         return _json({"status": "ok", "model": self.model, **self.stats()})
@@ -221,7 +221,7 @@ class EngineServer:
         yield sse_data(DONE)
 
     def _chunk(
-        self, request_id: str, choices: list[ChunkChoice], usage: Usage | None = None
+        self, request_id: str, choices: list[ChunkChoice], usage: CompletionUsage | None = None
     ) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=request_id, model=self.model, choices=choices, usage=usage)
 

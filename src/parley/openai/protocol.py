@@ -86,7 +86,7 @@ class ChatCompletionRequest(_Lenient):
         return self.max_completion_tokens or self.max_tokens
 
 
-class Usage(_Lenient):
+class CompletionUsage(_Lenient):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -109,7 +109,7 @@ class ChatCompletionChunk(_Lenient):
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
     choices: list[ChunkChoice] = Field(default_factory=list)
-    usage: Usage | None = None
+    usage: CompletionUsage | None = None
 
 
 class AssistantMessage(_Lenient):
@@ -129,7 +129,7 @@ class ChatCompletion(_Lenient):
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
     choices: list[CompletionChoice]
-    usage: Usage
+    usage: CompletionUsage
 
 
 class ModelCard(_Lenient):
@@ -139,7 +139,7 @@ class ModelCard(_Lenient):
     owned_by: str = "parley"
 
 
-class ModelList(_Lenient):
+class ModelCardList(_Lenient):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 

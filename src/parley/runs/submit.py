@@ -14,13 +14,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
+from typing import Protocol
 
 import anyio
 
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
-from parley.domain import RunSource, utcnow
+from parley.domain import RunSource, RunStatus, utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
@@ -48,6 +49,20 @@ class SendRequest:
     temperature: float | None = None
 
 
+class Handoff(Protocol):
+    """A worker in this process that takes a run claimed for it in the transaction that
+    makes the run: no queue and no claim transaction on the way to the first token."""
+
+    def take(self) -> str | None:
+        """A free slot taken for a run about to be made (its worker id), or None."""
+
+    def give_back(self) -> None:
+        """The run for the slot taken was not made after all."""
+
+    def start(self, run: Run) -> None:
+        """Generate the run made claimed (``run.worker_id``, attempt 1) in the slot taken."""
+
+
 class Submitter:
     def __init__(
         self, db: Database, bus: Bus, budget: Budget, settings: Settings, models: list[str]
@@ -57,6 +72,16 @@ class Submitter:
         self._budget = budget
         self._settings = settings
         self._models = models
+        self._handoff: Handoff | None = None
+
+    @property
+    def _lease(self) -> timedelta:
+        return timedelta(seconds=self._settings.lease_seconds)
+
+    def hand_off_to(self, handoff: Handoff) -> None:
+        """Runs made while ``handoff`` has a free slot and nothing is queued go to it
+        directly (a worker in this process: ``parley serve``)."""
+        self._handoff = handoff
 
     async def submit(
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
@@ -96,7 +121,8 @@ class Submitter:
             existing = await self._existing(new)
             if existing is not None:
                 return existing
-        if await self._bus.queue_length() >= self._settings.queue_max:
+        queued = await self._bus.queue_length()
+        if queued >= self._settings.queue_max:
             raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
         try:
             reserved = await self._budget.reserve(new.user_id, new.tier, cost)
@@ -106,17 +132,33 @@ class Submitter:
             if existing is None:
                 raise
             return existing
+        worker_id = self._handoff.take() if self._handoff and not queued else None
         try:
-            run, created = await self._persist(replace(new, reserved_tokens=reserved))
+            run, created = await self._persist(
+                replace(new, reserved_tokens=reserved, claimed_by=worker_id, lease=self._lease)
+            )
         except BaseException:
             # (a cancellation landing in the commit itself could leave the run made and
             # refund it too; requests are not cancelled mid-handler, only at shutdown)
-            await self._release(new, reserved)
+            await self._unmade(new, reserved, worker_id)
             raise
         if not created:  # another same-key request made it first (and paid for it)
-            await self._release(new, reserved)
+            await self._unmade(new, reserved, worker_id)
             return run
-        return await self._enqueue(run)
+        return await self._start(run, worker_id)
+
+    async def _start(self, run: Run, worker_id: str | None) -> Run:
+        """A run claimed at birth goes straight to this process's worker; else to the queue."""
+        if worker_id is None or self._handoff is None:
+            return await self._enqueue(run)
+        await self._bus.append(run.id, status_event(run.id, RunStatus.QUEUED))
+        self._handoff.start(run)
+        return run
+
+    async def _unmade(self, new: run_records.NewRun, reserved: int, worker_id: str | None) -> None:
+        if worker_id is not None and self._handoff is not None:
+            self._handoff.give_back()
+        await self._release(new, reserved)
 
     def _validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None

@@ -132,6 +132,49 @@ class Worker:
             finally:
                 self._slots.release()
 
+    def take(self) -> str | None:
+        """A slot taken now for a run made already claimed by this worker (``Handoff``)."""
+        if self._stopping.is_set() or self._slots.locked():
+            return None
+        self._slots._value -= 1  # what acquire() does when a slot is free, without awaiting
+        return self.worker_id
+
+    def give_back(self) -> None:
+        self._slots.release()
+
+    def start(self, run: Run) -> None:
+        """Generate a run made claimed by this worker, in the slot ``take`` held for it."""
+        task = asyncio.create_task(self._execute_claimed(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute_claimed(self, run: Run) -> None:
+        with logs.bind(run_id=run.id, user_id=run.user_id):
+            try:
+                request = await self._request_of(run)
+                # the prompt's length is stored beside the generation, not before it: the
+                # first token does not wait for a write only a lost worker's charge needs
+                counted = asyncio.create_task(self._store_prompt_tokens(run, request))
+                await self._generate(run, request)
+                await counted
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("run %s failed in the worker", run.id)
+            finally:
+                self._slots.release()
+
+    async def _store_prompt_tokens(self, run: Run, request: GenerationRequest) -> None:
+        prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
+        async with self._db.transaction() as s:
+            await run_records.set_prompt_tokens(s, run, prompt_tokens)
+
+    async def _request_of(self, run: Run) -> GenerationRequest:
+        if run.input is not None:
+            return program_request(run)
+        async with self._db.transaction() as s:
+            return await _request(s, run)
+
     async def _claim(self, run_id: str) -> tuple[Run, GenerationRequest] | None:
         """Take the run (None if another worker has it or it ended) with its prompt, whose
         length is stored with it, so whoever ends the run can charge it."""
@@ -241,38 +284,31 @@ class Worker:
         """Renew all of this worker's leases at once, a third of a lease apart."""
         while True:
             await asyncio.sleep(self._settings.lease_seconds / 3)
-            if not self._active:
-                continue
-            try:
-                async with self._db.transaction() as s:
-                    held = await run_records.renew_leases(
-                        s, worker_id=self.worker_id, lease=self.lease
-                    )
-            except Exception:
-                log.exception("lease renewal failed; retrying")
-                continue
-            for run_id, progress in list(self._active.items()):
-                if run_id not in held:
-                    await self._lose(run_id, progress)
+            if self._active:
+                await self.renew_leases()
+
+    async def renew_leases(self) -> None:
+        """One renewal of every lease this worker holds; a run whose lease was not renewed
+        has been taken back (by the sweeper) and is given up. Only runs that were active
+        before the renewal began are judged by it: one claimed while it ran is not in its
+        result, yet it is this worker's (its claim committed after the renewal's UPDATE)."""
+        before = dict(self._active)
+        try:
+            async with self._db.transaction() as s:
+                held = await run_records.renew_leases(s, worker_id=self.worker_id, lease=self.lease)
+        except Exception:
+            log.exception("lease renewal failed; retrying")
+            return
+        for run_id, progress in before.items():
+            if run_id not in held and self._active.get(run_id) is progress:
+                await self._lose(run_id, progress)
 
 
 async def _request(s: AsyncSession, run: Run) -> GenerationRequest:
     """What the engine is asked: a program's own messages and parameters, or the chat's
     history up to the run's user message."""
     if run.input is not None:
-        given = RunInput.from_json(run.input)
-        return GenerationRequest(
-            request_id=run.id,
-            model=run.model,
-            messages=given.messages,
-            max_tokens=run.max_tokens,
-            temperature=run.temperature,
-            priority=run.priority,
-            stop=given.stop,
-            top_p=given.top_p if given.top_p is not None else 1.0,
-            seed=given.seed,
-            affinity_key=run.chat_id or given.affinity_key(run.user_id),
-        )
+        return program_request(run)
     history = await run_records.history(s, run)
     return GenerationRequest(
         request_id=run.id,
@@ -282,4 +318,22 @@ async def _request(s: AsyncSession, run: Run) -> GenerationRequest:
         temperature=run.temperature,
         priority=run.priority,
         affinity_key=run.chat_id,  # every turn of a chat to the replica that holds its prefix
+    )
+
+
+def program_request(run: Run) -> GenerationRequest:
+    """A program's run: its own messages and sampling parameters."""
+    assert run.input is not None
+    given = RunInput.from_json(run.input)
+    return GenerationRequest(
+        request_id=run.id,
+        model=run.model,
+        messages=given.messages,
+        max_tokens=run.max_tokens,
+        temperature=run.temperature,
+        priority=run.priority,
+        stop=given.stop,
+        top_p=given.top_p if given.top_p is not None else 1.0,
+        seed=given.seed,
+        affinity_key=run.chat_id or given.affinity_key(run.user_id),
     )

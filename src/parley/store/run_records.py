@@ -39,6 +39,9 @@ class NewRun:
     reserved_tokens: int | None = None
     source: RunSource = RunSource.CHAT
     input: str | None = None
+    # made already claimed by this worker (a hand-off in one process), under ``lease``
+    claimed_by: str | None = None
+    lease: timedelta | None = None
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -66,7 +69,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         assistant_message_id=assistant.id if assistant else None,
         source=new.source,
         input=new.input,
-        status=RunStatus.QUEUED,
+        **_claimed_at_birth(new, now),
         model=new.model,
         tier=new.tier,
         priority=new.priority,
@@ -75,7 +78,6 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         idempotency_key=new.idempotency_key,
         request_hash=new.request_hash,
         reserved_tokens=new.reserved_tokens,
-        attempts=0,
         created_at=now,
     )
     s.add(run)
@@ -84,6 +86,21 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     except IntegrityError as e:  # the only unique key a new run can collide on
         raise DuplicateIdempotencyKey from e
     return run
+
+
+def _claimed_at_birth(new: NewRun, now: datetime) -> dict[str, object]:
+    """A new run's state: queued, or running under the worker it was made for (its first
+    attempt, as a claim would leave it)."""
+    if new.claimed_by is None:
+        return {"status": RunStatus.QUEUED, "attempts": 0}
+    assert new.lease is not None
+    return {
+        "status": RunStatus.RUNNING,
+        "worker_id": new.claimed_by,
+        "lease_expires_at": now + new.lease,
+        "started_at": now,
+        "attempts": 1,
+    }
 
 
 async def _add_message(
@@ -162,9 +179,10 @@ async def take_reservation(s: AsyncSession, *, run_id: str) -> int | None:
 
 
 async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> Run | None:
-    """queued → running under this worker's lease; None if someone else has it or it ended."""
+    """queued → running under this worker's lease; None if someone else has it or it ended.
+    One statement: the conditional UPDATE returns the claimed row."""
     now = utcnow()
-    result = await s.execute(
+    claimed: Run | None = await s.scalar(
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
         .values(
@@ -174,17 +192,20 @@ async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelt
             started_at=now,
             attempts=Run.attempts + 1,
         )
+        .returning(Run),
+        execution_options={"populate_existing": True},
     )
-    if not getattr(result, "rowcount", 0):
-        return None
-    return await s.scalar(
-        select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
-    )
+    return claimed
 
 
 async def set_prompt_tokens(s: AsyncSession, run: Run, prompt_tokens: int) -> None:
-    """The prompt's length as the engine counts it, known once the run is claimed."""
-    await s.execute(update(Run).where(Run.id == run.id).values(prompt_tokens=prompt_tokens))
+    """The prompt's length as the engine counts it, known once the run is claimed (stored
+    only while it runs: its end stores the count it ended with)."""
+    await s.execute(
+        update(Run)
+        .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
+        .values(prompt_tokens=prompt_tokens)
+    )
     run.prompt_tokens = prompt_tokens
 
 

@@ -25,7 +25,6 @@ from parley.api.openai_wire import (
     collect,
     completion,
     program_request,
-    read_request,
 )
 from parley.api.routes import AUTHED, errors
 from parley.bus.interface import StreamEntry
@@ -35,7 +34,7 @@ from parley.openai.protocol import (
     ChatCompletion,
     ChatCompletionRequest,
     ModelCard,
-    ModelList,
+    ModelCardList,
     sse_data,
 )
 from parley.qos.budget import rate_limit_headers
@@ -50,10 +49,10 @@ RUN_ID_HEADER = "x-parley-run-id"
 _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
-@router.get("/v1/models", response_model=ModelList, responses=errors(*AUTHED))
+@router.get("/v1/models", response_model=ModelCardList, responses=errors(*AUTHED))
 async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
     """The models your tier may use, in OpenAI's list shape."""
-    body = ModelList(data=[ModelCard(id=m) for m in svc.submitter.allowed_models(who.tier)])
+    body = ModelCardList(data=[ModelCard(id=m) for m in svc.submitter.allowed_models(who.tier)])
     return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
 
 
@@ -61,21 +60,15 @@ _COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "With `stream: true`."},
     **errors(400, *AUTHED, 404, 413, 429, 503),
 }
-_COMPLETION_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}},
-    }
-}
 
 
 @router.post(
     "/v1/chat/completions",
     response_model=ChatCompletion,
     responses=_COMPLETION_RESPONSES,
-    openapi_extra=_COMPLETION_BODY,
 )
 async def chat_completions(
+    body: ChatCompletionRequest,
     request: Request,
     who: PrincipalDep,
     svc: ServicesDep,
@@ -85,12 +78,7 @@ async def chat_completions(
 ) -> Response:
     """A chat completion: streamed as `chat.completion.chunk` events ending with
     `data: [DONE]` (`stream: true`), or whole. Closing the connection first cancels it."""
-    try:
-        body = read_request(await request.body())
-        run = await _submit(svc, who, body, idempotency_key)
-    except ParleyError as e:
-        e.headers = {**await _rate_headers(svc, who), **e.headers}
-        raise
+    run = await _submit(svc, who, body, idempotency_key)  # refusals get their headers at the edge
     headers = {**await _rate_headers(svc, who), RUN_ID_HEADER: run.id}
     entries = await svc.relay.entries(who, run.id, None, owned=True)
     stop = _stopper(svc, who, run.id)
@@ -104,7 +92,7 @@ async def chat_completions(
         )
     answer = await _whole(request, entries, stop)
     if answer.error is not None:
-        answer.error.headers = {**headers, **answer.error.headers}
+        answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
         raise answer.error
     whole = completion(run.id, run.model, int(run.created_at.timestamp()), answer)
     return JSONResponse(whole.model_dump(mode="json", exclude_none=True), headers=headers)
