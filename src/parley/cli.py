@@ -37,6 +37,7 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> None:
     _settings_args(p)
     p.add_argument("--redis-url", help="redis://HOST:PORT/DB: the bus shared by processes")
+    p.add_argument("--otlp-endpoint", help="http://HOST:4318: export traces to this collector")
     if http:
         p.add_argument("--host")
         p.add_argument("--port", type=int)
@@ -124,6 +125,7 @@ _SETTINGS_FLAGS = (
     "redis_url",
     "engine",
     "log_format",
+    "otlp_endpoint",
 )
 
 
@@ -170,6 +172,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
+    from parley.observability import tracing
     from parley.services import build_services
     from parley.store.migrate import upgrade
 
@@ -191,8 +194,12 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     log.info(
         "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
     )
+    tracing.configure(settings, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API)
     _freeze_startup_objects()
-    await uvicorn.Server(config).serve()
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        tracing.shutdown()  # export the spans still pending
     return 0
 
 
@@ -239,6 +246,7 @@ def _freeze_startup_objects() -> None:
 
 
 async def _worker(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.observability import tracing
     from parley.services import build_services
     from parley.store.migrate import upgrade
 
@@ -251,12 +259,14 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    tracing.configure(settings, service=tracing.SERVICE_WORKER)
     await services.start()
     assert services.worker is not None
     log.info("parley worker %s taking runs", services.worker.worker_id)
     await stop.wait()
     log.info("parley worker stopping: finishing runs in progress")
     await services.close(grace=settings.lease_seconds)
+    tracing.shutdown()  # export the spans still pending
     return 0
 
 

@@ -153,6 +153,18 @@ class Settings(BaseSettings):
         default=LogFormat.AUTO,
         description="Log lines: json, text, or auto (JSON unless stderr is a terminal).",
     )
+    # traces (parley.observability.tracing): off unless an OTLP endpoint is configured
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s]+$",
+        description="OTLP/HTTP collector (http://host:4318); spans go to its /v1/traces.",
+    )
+    trace_sample_ratio: float = Field(
+        default=1.0, ge=0, le=1, description="Traces sampled where no caller decided."
+    )
+    service_name: str | None = Field(
+        default=None, description="Spans' service.name; default parley-api, -worker or -serve."
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

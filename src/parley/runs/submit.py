@@ -21,6 +21,7 @@ from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.domain import utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
+from parley.observability import tracing
 from parley.qos.budget import Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.store import chats, run_records
@@ -46,6 +47,7 @@ class Submitter:
         self._settings = settings
         self._models = models
 
+    @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit(
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
     ) -> Run:
@@ -96,6 +98,7 @@ class Submitter:
             temperature=req.temperature,
             idempotency_key=key,
             request_hash=_request_hash(chat_id, req) if key else None,
+            traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
 
     def _check_content(self, content: str) -> None:

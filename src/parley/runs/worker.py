@@ -32,6 +32,7 @@ from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
+from parley.observability import tracing
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.progress import Progress
@@ -117,7 +118,10 @@ class Worker:
                 claimed = await self._claim(item.run_id)
                 if claimed is not None:
                     run, request = claimed
-                    with logs.bind(user_id=run.user_id):
+                    with (
+                        logs.bind(user_id=run.user_id, trace_id=logs.trace_id_of(run.traceparent)),
+                        tracing.executing(run),
+                    ):
                         await self._generate(run, request)
             except asyncio.CancelledError:
                 raise
@@ -187,7 +191,12 @@ class Worker:
         if progress.cancelled or await self._bus.cancel_requested(run.id):
             progress.cancelled = True  # stopped before the engine saw it
             return
-        stream = self._engine.stream(request)
+        stream = tracing.generation(
+            self._engine.stream(request),
+            model=request.model,
+            max_tokens=request.max_tokens,
+            prompt_tokens=run.prompt_tokens,
+        )
         try:
             async for delta in stream:
                 if delta.text or delta.tokens:

@@ -34,6 +34,7 @@ class NewRun:
     idempotency_key: str | None
     request_hash: str | None
     reserved_tokens: int | None = None
+    traceparent: str | None = None  # W3C trace context of the request that made the run
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -65,6 +66,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         idempotency_key=new.idempotency_key,
         request_hash=new.request_hash,
         reserved_tokens=new.reserved_tokens,
+        traceparent=new.traceparent,
         attempts=0,
         created_at=now,
     )
