@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +14,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from parley import logs
 from parley.config import Settings, load_settings
@@ -22,6 +22,8 @@ from parley.errors import ConfigurationError
 from parley.observability import tracing
 from parley.services import Services
 from parley.store.schema import Run
+from tests.fleet.conftest import Fleet
+from tests.fleet.servers import Misbehaving
 from tests.helpers import user_headers
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.waiting import eventually
@@ -192,6 +194,61 @@ async def test_a_request_without_traceparent_starts_a_trace_the_worker_joins(
     assert submit.context.trace_id == execute.context.trace_id
     assert parent_of(execute) == span_id(submit)
     assert submit.parent is not None and not submit.parent.is_remote  # the server span's child
+
+
+async def test_the_upstream_request_carries_the_trace_on(
+    memory: InMemorySpanExporter, fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    server = misbehaving("quirky")  # a real server (a process) that answers well
+    trace_id, _, traceparent = caller()
+    async with fleet([server.url]) as front:
+        run = await _traced_run(front.client, front.auth, traceparent)
+    assert run["status"] == "completed", run
+
+    names = (tracing.ENGINE_GENERATE, tracing.UPSTREAM_CHAT)
+
+    async def ended() -> dict[str, ReadableSpan] | None:
+        spans = spans_of(memory, trace_id)
+        return spans if set(names) <= set(spans) else None
+
+    spans = await eventually(ended, f"the spans {names} under the caller's trace")
+    generate, upstream = spans[tracing.ENGINE_GENERATE], spans[tracing.UPSTREAM_CHAT]
+    # the header the server received: the caller's trace, the upstream span its parent
+    assert server.traceparent() == f"00-{trace_id}-{span_id(upstream)}-01"
+    assert parent_of(upstream) == span_id(generate)
+    assert upstream.kind is SpanKind.CLIENT
+    assert upstream.attributes is not None
+    assert upstream.attributes[tracing.URL_FULL] == f"{server.url}/chat/completions"
+    assert upstream.attributes[tracing.HTTP_STATUS] == 200
+    assert generate.attributes is not None
+    assert generate.attributes[tracing.GEN_AI_INPUT_TOKENS] == 21  # the upstream's usage
+    assert generate.attributes[tracing.GEN_AI_OUTPUT_TOKENS] == 7
+
+
+async def test_an_upstream_failure_is_recorded_on_its_spans(
+    memory: InMemorySpanExporter, fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    server = misbehaving("error500")
+    trace_id, _, traceparent = caller()
+    async with fleet([server.url], max_attempts=1) as front:
+        run = await _traced_run(front.client, front.auth, traceparent)
+    assert run["status"] == "failed", run
+
+    names = (tracing.ENGINE_GENERATE, tracing.UPSTREAM_CHAT)
+
+    async def ended() -> dict[str, ReadableSpan] | None:
+        spans = spans_of(memory, trace_id)
+        return spans if set(names) <= set(spans) else None
+
+    spans = await eventually(ended, f"the spans {names} under the caller's trace")
+    for name in names:
+        span = spans[name]
+        assert span.status.status_code is StatusCode.ERROR, name
+        assert span.attributes is not None
+        assert span.attributes[tracing.ERROR_TYPE] == "EngineUnavailable"
+        assert [e.name for e in span.events] == ["exception"]
+    assert spans[tracing.UPSTREAM_CHAT].attributes[tracing.HTTP_STATUS] == 500  # type: ignore[index]
+    assert server.traceparent() == f"00-{trace_id}-{span_id(spans[tracing.UPSTREAM_CHAT])}-01"
 
 
 # -- off by default ----------------------------------------------------------------------
