@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +24,12 @@ from parley.errors import ConfigurationError
 from parley.observability import tracing
 from parley.services import Services
 from parley.store.schema import Run
+from tests.builders import BACKENDS, REDIS_URL, truncate
 from tests.fleet.conftest import Fleet
 from tests.fleet.servers import Misbehaving
 from tests.helpers import user_headers
+from tests.observability.collector import Collector, Received
+from tests.processes import Parley, free_port
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.waiting import eventually
 
@@ -310,3 +315,57 @@ def test_the_endpoint_comes_from_settings_then_the_standard_variables() -> None:
 def test_tracing_settings_are_validated_at_start_up(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         load_settings(**bad)
+
+
+# -- OTLP export, across processes -------------------------------------------------------
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    c = Collector()
+    yield c
+    c.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("postgres" not in BACKENDS, reason="needs Postgres")
+async def test_api_and_worker_processes_export_one_trace_over_otlp(
+    collector: Collector, postgres_url: str, tmp_path: Path
+) -> None:
+    await truncate(postgres_url)
+    env = {
+        "PARLEY_DATABASE_URL": postgres_url,
+        "PARLEY_REDIS_URL": REDIS_URL,
+        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
+        "PARLEY_ENGINE": "fake",
+        "PARLEY_OTLP_ENDPOINT": collector.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: export soon, not every 5 s
+    }
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    api = Parley(["api", "--port", str(port)], env, tmp_path / "api.log")
+    worker = Parley(["worker"], env, tmp_path / "worker.log")
+    try:
+        api.wait_ready(base)
+        worker.wait_log("taking runs")
+        trace_id, parent_id, traceparent = caller()
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            auth = await user_headers(client, "ada@example.com")
+            run = await _traced_run(client, auth, traceparent)
+        assert run["status"] == "completed", run
+
+        async def exported() -> dict[str, Received] | None:
+            found = {r.name: r for r in collector.spans(trace_id)}
+            return found if set(RUN_SPANS) <= set(found) else None
+
+        spans = await eventually(exported, f"{RUN_SPANS} at the collector, from both processes")
+    finally:
+        api.stop()
+        worker.stop()
+    http, submit, execute, generate = (spans[name] for name in RUN_SPANS)
+    assert (http.service, submit.service) == (tracing.SERVICE_API, tracing.SERVICE_API)
+    assert (execute.service, generate.service) == (tracing.SERVICE_WORKER, tracing.SERVICE_WORKER)
+    assert http.parent_id == parent_id
+    assert submit.parent_id == http.span_id
+    assert execute.parent_id == submit.span_id  # across the queue, into the other process
+    assert generate.parent_id == execute.span_id
