@@ -1,18 +1,13 @@
 """OpenTelemetry traces: one trace from the HTTP request through the queue to the engine.
 
-Off by default: ``configure`` (called by the ``parley`` command at start-up, never at import)
-installs an SDK tracer provider only when an OTLP endpoint is configured (``otlp_endpoint``,
-else the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``) or
-an exporter is handed in (tests). Otherwise the tracer is the API's no-op one, the edge skips
-a request without ``traceparent`` after one header scan, and engine streams are not wrapped.
-
-The spans of a run, parent first: ``{METHOD} {route template}`` (server, ``api/edge.py``; the
-caller's ``traceparent``/``tracestate`` honoured) → ``run.submit`` (producer: admission,
-persist, enqueue; the context is stored with the run, ``runs.traceparent``) → ``run.execute``
-(consumer, in whichever worker process claims the run) → ``engine.generate`` (model, tokens,
-finish reason, first-token event) → ``upstream.chat_completions`` (client, one per replica
-tried; the request carries ``traceparent`` on). With tracing off a caller's ``traceparent``
-still passes through (stored, bound to the worker's log lines, sent upstream), unrecorded.
+Off by default: ``configure`` (by the ``parley`` command at start-up, never at import)
+installs an SDK tracer provider only when an OTLP endpoint is configured or an exporter is
+handed in (tests); else the tracer is the API's no-op one, the edge scans the headers once,
+and engine streams are not wrapped. The spans: ``{METHOD} {route}`` (server: the caller's
+``traceparent`` honoured) → ``run.submit`` (its context stored with the run) →
+``run.execute`` (in whichever worker claims the run) → ``engine.generate`` →
+``upstream.chat_completions`` (its context sent on). Off, a caller's ``traceparent`` still
+passes through (stored, in the worker's log lines, sent upstream), unrecorded.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -216,24 +211,31 @@ class Exchange:
                 self.span.set_attribute(ERROR_TYPE, str(status))
 
 
-_NO_EXCHANGE = Exchange(None)
+_NONE = Exchange(None)
+_OFF = nullcontext(_NONE)
+
+
+def server_span(scope: MutableMapping[str, Any]) -> AbstractContextManager[Exchange]:
+    """A server span for one ASGI HTTP request, the caller's context its parent; named
+    ``{METHOD} {route template}`` once routing has matched (``{METHOD}`` if nothing did).
+    Off, a caller's context is only passed through (and without one, nothing happens)."""
+    carrier = _headers(scope)
+    if _state.provider is not None:
+        return _server_span(scope, carrier)
+    return _passed_through(carrier) if "traceparent" in carrier else _OFF
 
 
 @contextmanager
-def server_span(scope: MutableMapping[str, Any]) -> Iterator[Exchange]:
-    """A server span for one ASGI HTTP request, the caller's context its parent; named
-    ``{METHOD} {route template}`` once routing has matched (``{METHOD}`` if nothing did)."""
-    carrier = _headers(scope)
-    if _state.provider is None:
-        if "traceparent" not in carrier:
-            yield _NO_EXCHANGE
-            return
-        token = otel_context.attach(_PROPAGATOR.extract(carrier))  # pass it through
-        try:
-            yield _NO_EXCHANGE
-        finally:
-            otel_context.detach(token)
-        return
+def _passed_through(carrier: dict[str, str]) -> Iterator[Exchange]:
+    token = otel_context.attach(_PROPAGATOR.extract(carrier))
+    try:
+        yield _NONE
+    finally:
+        otel_context.detach(token)
+
+
+@contextmanager
+def _server_span(scope: MutableMapping[str, Any], carrier: dict[str, str]) -> Iterator[Exchange]:
     method = str(scope.get("method", "GET"))
     method = method if method in _HTTP_METHODS else "_OTHER"
     attributes = {
@@ -254,8 +256,10 @@ def server_span(scope: MutableMapping[str, Any]) -> Iterator[Exchange]:
 
 
 def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
-    """The request's trace headers (each only if sent once)."""
-    found = [(n.lower(), v) for n, v in scope.get("headers", ()) if n.lower() in _TRACE_HEADERS]
+    """The request's trace headers (ASGI names are lower-case), each only if sent once."""
+    found = [(n, v) for n, v in scope.get("headers", ()) if n in _TRACE_HEADERS]
+    if not found:
+        return {}
     names = [name for name, _ in found]
     return {n.decode(): v.decode("latin-1") for n, v in found if names.count(n) == 1}
 
@@ -270,8 +274,7 @@ def run_attributes(run: Run) -> dict[str, str | int]:
 def traced(
     name: str, *, result: Callable[[T], Mapping[str, str | int]] | None = None
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
-    """A coroutine function in a span (producer: a step that hands work on); ``result``
-    gives attributes of what it returned. Exceptions are recorded on the span."""
+    """A coroutine function in a producer span; ``result`` gives attributes of its value."""
 
     def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         @functools.wraps(fn)
@@ -291,8 +294,7 @@ def traced(
 
 @contextmanager
 def executing(run: Run) -> Iterator[None]:
-    """The ``run.execute`` span, the child of the context stored with the run (which joins
-    the trace of the request that made it, from whichever process claims it)."""
+    """``run.execute``: the child of the context stored with the run, in any process."""
     parent = _PROPAGATOR.extract({"traceparent": run.traceparent}) if run.traceparent else None
     attributes = {**run_attributes(run), RUN_ATTEMPT: run.attempts}
     with _state.tracer.start_as_current_span(
@@ -366,9 +368,8 @@ async def _spanned(
     see: Callable[[trace.Span, T], None] | None = None,
     close: Callable[[trace.Span], None] | None = None,
 ) -> AsyncGenerator[T, None]:
-    """``stream`` in a span started at its first step; each step runs with the span current
-    (attached and detached within the step, so the context never leaks into the consumer);
-    the span ends with the stream."""
+    """``stream`` in a span from its first step to its end; each step runs with the span
+    current (attached and detached within it: nothing leaks into the consumer's context)."""
     span = start()
     current = trace.set_span_in_context(span)
     try:
