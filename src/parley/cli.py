@@ -41,6 +41,7 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> None:
     _settings_args(p)
     p.add_argument("--redis-url", help="redis://HOST:PORT/DB: the bus shared by processes")
+    p.add_argument("--otlp-endpoint", help="http://HOST:4318: export traces to this collector")
     if http:
         p.add_argument("--host")
         p.add_argument("--port", type=int)
@@ -130,6 +131,7 @@ _SETTINGS_FLAGS = (
     "engine",
     "log_format",
     "metrics_port",
+    "otlp_endpoint",
 )
 
 
@@ -176,8 +178,10 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
+    from parley.observability import tracing
+    from parley.services import checked_services
 
-    services = await _checked_services(settings, worker=worker)
+    services = await checked_services(settings, worker=worker)
     app = create_app(services)
     # proxy_headers off: uvicorn would believe X-Forwarded-For from 127.0.0.1; parley reads
     # it itself, from settings.trusted_proxies only (api.deps.client_address)
@@ -193,8 +197,12 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     log.info(
         "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
     )
+    tracing.configure(settings, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API)
     _freeze_startup_objects()
-    await uvicorn.Server(config).serve()
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        tracing.shutdown()  # export the spans still pending
     return 0
 
 
@@ -240,28 +248,18 @@ def _freeze_startup_objects() -> None:
     gc.set_threshold(20_000, 50, 100)
 
 
-async def _checked_services(settings: Settings, *, worker: bool) -> Services:
-    """The process's services, once its database is migrated and its bus answers: both are
-    checked before an engine is built, so a wrong URL fails at once, not after a model load."""
-    from parley.services import add_worker, build_services
-    from parley.store.migrate import upgrade
-
-    services = build_services(settings)
-    await upgrade(services.db)
-    await services.bus.ping()
-    if worker:
-        add_worker(services)
-    return services
-
-
 async def _worker(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.observability import tracing
+    from parley.services import checked_services
+
     if not settings.redis_url:
         return _fail("parley worker takes runs from a shared bus: give --redis-url (or use serve)")
-    services = await _checked_services(settings, worker=True)
+    services = await checked_services(settings, worker=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    tracing.configure(settings, service=tracing.SERVICE_WORKER)
     await services.start()
     assert services.worker is not None
     metrics = _worker_metrics(services, settings)
@@ -271,6 +269,7 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     await services.close(grace=settings.lease_seconds)
     if metrics is not None:
         await metrics.stop()
+    tracing.shutdown()  # export the spans still pending
     return 0
 
 

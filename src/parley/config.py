@@ -153,6 +153,18 @@ class Settings(BaseSettings):
         default=LogFormat.AUTO,
         description="Log lines: json, text, or auto (JSON unless stderr is a terminal).",
     )
+    # traces (parley.observability.tracing): off unless an OTLP endpoint is configured
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s]+$",
+        description="OTLP/HTTP collector (http://host:4318); spans go to its /v1/traces.",
+    )
+    trace_sample_ratio: float = Field(
+        default=1.0, ge=0, le=1, description="Traces sampled where no caller decided."
+    )
+    service_name: str | None = Field(
+        default=None, description="Spans' service.name; default parley-api, -worker or -serve."
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -183,13 +195,9 @@ class Settings(BaseSettings):
     session_idle_timeout_seconds: int = Field(
         default=7 * 24 * 3600, ge=120, description="A session unused this long is refused."
     )
-    auth_cache_seconds: float = Field(
-        default=5,
-        ge=0,
-        le=300,
-        description="How long a process trusts an API key it has checked (0: check every "
-        "time); a revocation made in another process takes effect here within it.",
-    )
+    # how long a process trusts an API key it checked (0: every time); a revocation made in
+    # another process takes effect here within it (accounts/credential_cache.py)
+    auth_cache_seconds: float = Field(default=5, ge=0, le=300)
     # login_free_failures (above) count per (email, client address); past them: 429
     login_email_free_failures: int = Field(
         default=20, ge=1, description="Failures for one email, any address, before slowing."

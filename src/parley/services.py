@@ -130,6 +130,19 @@ def build_services(
     return services
 
 
+async def checked_services(settings: Settings, *, worker: bool) -> Services:
+    """A process's services, once its database is migrated and its bus answers: both are
+    checked before an engine is built, so a wrong URL fails at once, not after a model load."""
+    from parley.store.migrate import upgrade
+
+    services = build_services(settings)
+    await upgrade(services.db)
+    await services.bus.ping()
+    if worker:
+        add_worker(services)
+    return services
+
+
 def add_worker(services: Services, engine: Engine | None = None) -> None:
     """Give the process an engine (the settings' own unless one is given) and a worker."""
     settings = services.settings

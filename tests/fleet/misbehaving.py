@@ -18,7 +18,7 @@ Modes (``POST /v1/chat/completions``):
 * ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``.
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests
-and the Authorization header of the last one.
+and the Authorization and ``traceparent`` headers of the last one.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def no_usage() -> AsyncIterator[bytes]:
 
 
 def app(mode: str) -> Starlette:
-    count: dict[str, object] = {"requests": 0, "authorization": None}
+    count: dict[str, object] = {"requests": 0, "authorization": None, "traceparent": None}
 
     async def stream() -> AsyncIterator[bytes]:
         yield _chunk(FIRST)
@@ -101,6 +101,7 @@ def app(mode: str) -> Starlette:
     async def chat(request: Request) -> Response:
         count["requests"] = int(str(count["requests"])) + 1
         count["authorization"] = request.headers.get("authorization")
+        count["traceparent"] = request.headers.get("traceparent")
         await request.body()
         if mode == "error500":
             return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)

@@ -106,6 +106,11 @@ class Misbehaving:
         said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["authorization"]
         return said
 
+    def traceparent(self) -> str | None:
+        """The ``traceparent`` header of the last chat request."""
+        said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["traceparent"]
+        return said
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.engines.fake import FakeEngine
-from parley.runs import worker as worker_module
 from parley.services import Services
+from parley.store import run_records
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import collect
 from tests.waiting import eventually
@@ -38,16 +38,16 @@ async def test_a_run_claimed_while_leases_are_renewed_is_kept(
     await eventually(lambda: _running(run_client, auth, first["run_id"]), "the first run")
     second_chat = await new_chat(run_client, auth)
     made: dict[str, Any] = {}
-    renew = worker_module.run_records.renew_leases
+    renew = run_records.renew_leases
 
     async def overtaken(s: AsyncSession, *, worker_id: str, lease: Any) -> set[str]:
         """The renewal's UPDATE has run; a second run is made and claimed before it ends."""
-        held = await renew(s, worker_id=worker_id, lease=lease)
+        held: set[str] = await renew(s, worker_id=worker_id, lease=lease)
         made.update(await send_json(run_client, auth, second_chat, "second"))
         await eventually(lambda: _running(run_client, auth, made["run_id"]), "the second run")
         return held
 
-    monkeypatch.setattr(worker_module.run_records, "renew_leases", overtaken)
+    monkeypatch.setattr(run_records, "renew_leases", overtaken)
     await worker.renew_leases()
     monkeypatch.undo()
     second = await wait_run(run_client, auth, made["run_id"])

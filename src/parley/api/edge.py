@@ -10,7 +10,8 @@
   depend on the caller (the login body holds the session token, /api/me the email).
 * Redirects are relative: a ``Location`` never names the request's ``Host`` header.
 * Every log line of the request carries its request id, and the trace id of a valid W3C
-  ``traceparent`` header (``parley.logs``).
+  ``traceparent`` header (``parley.logs``), or of the request's span when tracing is on.
+* A server span per request when tracing is on (``parley.observability.tracing``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from parley import logs
 from parley.api.error_responses import parley_error_response
 from parley.errors import ParleyError
+from parley.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,18 @@ class Edge:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                exchange.respond(int(message.get("status", 200)))
                 message["headers"] = edge_headers(message, request_id, private=private)
             await send(message)
 
-        with logs.bind(request_id=request_id, trace_id=trace_id(scope)):
+        with (
+            tracing.server_span(scope) as exchange,
+            logs.bind(request_id=request_id, trace_id=tracing.trace_id() or trace_id(scope)),
+        ):
             try:
                 await self.app(scope, receive, send_at_edge)
             except Exception as exc:
+                tracing.record_error(exc)
                 log.error(
                     "unhandled error (request id %s) in %s %s%s",
                     request_id,

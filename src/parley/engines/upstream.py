@@ -43,6 +43,7 @@ from parley.engines.interface import (
     UpstreamBroken,
     UpstreamRejected,
 )
+from parley.observability import tracing
 from parley.openai.protocol import DONE, ChatCompletionChunk, error_message
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,11 @@ class UpstreamEngine:
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return estimate_prompt_tokens(messages)
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        url = f"{self.base_url}/chat/completions"  # a span per request, its context sent on
+        return tracing.upstream(self._stream(request), url=url, model=request.model)
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         state = _Request()
         self._requests[request.request_id] = state
         loop = asyncio.get_running_loop()
@@ -201,6 +206,7 @@ class UpstreamEngine:
     ) -> httpx.Response | None:
         """The upstream's 200 response, ready to stream; None if aborted meanwhile."""
         built = self._client.build_request("POST", "/chat/completions", json=self._body(request))
+        tracing.inject(built.headers)  # traceparent: the upstream joins the run's trace
         sending = asyncio.ensure_future(self._client.send(built, stream=True))
         aborting = asyncio.ensure_future(state.aborted.wait())
         timeout = max(0.0, deadline - asyncio.get_running_loop().time())
@@ -225,6 +231,7 @@ class UpstreamEngine:
             response = sending.result()
         except httpx.HTTPError as e:
             raise EngineUnavailable(f"{self.label} is unreachable: {_describe(e)}") from e
+        tracing.set_attribute(tracing.HTTP_STATUS, response.status_code)
         if response.status_code != 200:
             raise await self._refusal(response)
         return response

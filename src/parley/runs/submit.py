@@ -23,6 +23,7 @@ from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.domain import RunSource, RunStatus, utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
+from parley.observability import tracing
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.runs.inputs import RunInput
@@ -83,6 +84,7 @@ class Submitter:
         directly (a worker in this process: ``parley serve``)."""
         self._handoff = handoff
 
+    @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit(
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
     ) -> Run:
@@ -90,6 +92,7 @@ class Submitter:
         new = self._validate(who, chat_id, req, idempotency_key)
         return await self._admit(new, estimate_cost(new.content, new.max_tokens))
 
+    @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit_program(
         self, who: Principal, req: ProgramRequest, idempotency_key: str | None
     ) -> Run:
@@ -111,6 +114,7 @@ class Submitter:
             request_hash=_program_hash(req, encoded) if idempotency_key else None,
             source=RunSource.API,
             input=encoded,
+            traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
         cost = new.max_tokens + math.ceil(req.input.characters / CHARS_PER_TOKEN)
         return await self._admit(new, cost)
@@ -177,6 +181,7 @@ class Submitter:
             temperature=req.temperature,
             idempotency_key=key,
             request_hash=_request_hash(chat_id, req) if key else None,
+            traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
 
     def _check_content(self, content: str) -> None:

@@ -34,6 +34,7 @@ from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
+from parley.observability import tracing
 from parley.observability.metrics import Metrics
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
@@ -123,7 +124,10 @@ class Worker:
                 claimed = await self._claim(item.run_id)
                 if claimed is not None:
                     run, request = claimed
-                    with logs.bind(user_id=run.user_id):
+                    with (
+                        logs.bind(user_id=run.user_id, trace_id=logs.trace_id_of(run.traceparent)),
+                        tracing.executing(run),
+                    ):
                         await self._generate(run, request)
             except asyncio.CancelledError:
                 raise
@@ -149,13 +153,15 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     async def _execute_claimed(self, run: Run) -> None:
-        with logs.bind(run_id=run.id, user_id=run.user_id):
+        trace_id = logs.trace_id_of(run.traceparent)
+        with logs.bind(run_id=run.id, user_id=run.user_id, trace_id=trace_id):
             try:
                 request = await self._request_of(run)
                 # the prompt's length is stored beside the generation, not before it: the
                 # first token does not wait for a write only a lost worker's charge needs
                 counted = asyncio.create_task(self._store_prompt_tokens(run, request))
-                await self._generate(run, request)
+                with tracing.executing(run):
+                    await self._generate(run, request)
                 await counted
             except asyncio.CancelledError:
                 raise
@@ -236,7 +242,12 @@ class Worker:
         if progress.cancelled or await self._bus.cancel_requested(run.id):
             progress.cancelled = True  # stopped before the engine saw it
             return
-        stream = self._engine.stream(request)
+        stream = tracing.generation(
+            self._engine.stream(request),
+            model=request.model,
+            max_tokens=request.max_tokens,
+            prompt_tokens=run.prompt_tokens,
+        )
         if self._metrics is not None:  # time to first token, inter-token latency
             stream = self._metrics.timed(run, stream)
         try:

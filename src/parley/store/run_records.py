@@ -42,6 +42,7 @@ class NewRun:
     # made already claimed by this worker (a hand-off in one process), under ``lease``
     claimed_by: str | None = None
     lease: timedelta | None = None
+    traceparent: str | None = None  # W3C trace context of the request that made the run
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -78,6 +79,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         idempotency_key=new.idempotency_key,
         request_hash=new.request_hash,
         reserved_tokens=new.reserved_tokens,
+        traceparent=new.traceparent,
         created_at=now,
     )
     s.add(run)
