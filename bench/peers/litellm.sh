@@ -96,10 +96,13 @@ serve() {
     shift 2
     installed || { log "not installed: run bench/peers/litellm.sh first"; exit 1; }
     log "serving $config on 127.0.0.1:$port"
-    # Offline: no telemetry, the model cost map bundled with the package (by default it is
-    # fetched from GitHub at import), no Hugging Face lookups.
-    LITELLM_TELEMETRY=False LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 \
-        DISABLE_SCHEMA_UPDATE=True NO_DOCS=True NO_REDOC=True \
+    # Offline: no telemetry (a no-op flag in this version), and every file it would fetch
+    # from GitHub (model cost map, Anthropic beta headers, blog posts, policy templates,
+    # auto-router presets) taken from the copy bundled with the package; no Hugging Face.
+    LITELLM_TELEMETRY=False LITELLM_LOCAL_MODEL_COST_MAP=True \
+        LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS=True LITELLM_LOCAL_BLOG_POSTS=True \
+        LITELLM_LOCAL_POLICY_TEMPLATES=True LITELLM_LOCAL_AUTOROUTER_PRESETS=True \
+        HF_HUB_OFFLINE=1 NO_DOCS=True NO_REDOC=True \
         exec "$VENV/bin/litellm" --config "$config" --host 127.0.0.1 --port "$port" "$@"
 }
 
