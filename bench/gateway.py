@@ -1,6 +1,6 @@
 """What a gateway adds in front of a fast OpenAI-compatible upstream, side by side in one run.
 
-    python bench/gateway.py [--requests 200] [--load-requests 1024] [--rounds 4]
+    python bench/gateway.py [--requests 200] [--load-requests 1024] [--rounds 8]
                             [--targets direct,serve,split,litellm]
 
 An upstream that streams 32 tokens as fast as it can (`bench/fast_upstream.py`, its own
@@ -549,7 +549,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="sequential, per target")
     parser.add_argument("--load-requests", type=int, default=1024, help="at --concurrency")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=32, help="per answer")
     parser.add_argument("--slots", type=int, default=64, help="parley's replica slots")
     parser.add_argument("--targets", default=",".join(ALL_TARGETS))
