@@ -91,6 +91,7 @@ class Target:
     model: str
     key: str
     conns: list[Conn] = field(default_factory=list)
+    servers: list[Stack | Proc] = field(default_factory=list)  # stopped with the target
 
     def request(self, i: int, tokens: int) -> bytes:
         body = json.dumps(
@@ -117,6 +118,11 @@ class Target:
     def close(self) -> None:
         for c in self.conns:
             c.close()
+
+    def stop(self) -> None:
+        self.close()
+        for server in reversed(self.servers):
+            server.stop()
 
 
 class _Answer:
@@ -324,18 +330,14 @@ async def api_key(base: str) -> str:
 
 @dataclass
 class Running:
+    upstream: Proc
     targets: list[Target] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-    procs: list[Proc] = field(default_factory=list)
-    stacks: list[Stack] = field(default_factory=list)
 
     def stop(self) -> None:
-        for t in self.targets:
-            t.close()
-        for s in reversed(self.stacks):
-            s.stop()
-        for p in reversed(self.procs):
-            p.stop()
+        for t in reversed(self.targets):
+            t.stop()
+        self.upstream.stop()
 
 
 def origin(base: str) -> tuple[str, int]:
@@ -343,7 +345,7 @@ def origin(base: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def start_parley(kind: str, config: Path, tmp: Path, run: Running) -> Target:
+async def start_parley(kind: str, config: Path, tmp: Path) -> Target:
     if kind == "split":
         await ensure_database(POSTGRES_URL)
     stack = start_stack(
@@ -355,12 +357,16 @@ async def start_parley(kind: str, config: Path, tmp: Path, run: Running) -> Targ
         redis_url=REDIS_URL,
         redis_namespace=f"bench-gateway-{uuid.uuid4().hex[:8]}",
     )
-    run.stacks.append(stack)
     host, port = origin(stack.base)
-    return Target(kind, host, port, "/v1/chat/completions", MODEL, await api_key(stack.base))
+    try:
+        key = await api_key(stack.base)
+    except BaseException:
+        stack.stop()
+        raise
+    return Target(kind, host, port, "/v1/chat/completions", MODEL, key, servers=[stack])
 
 
-async def start_litellm(upstream_port: int, tmp: Path, run: Running) -> Target:
+async def start_litellm(upstream_port: int, tmp: Path) -> Target:
     if not (LITELLM_VENV / "bin" / "litellm").exists():
         raise LookupError(f"not installed ({LITELLM_VENV}): run bench/peers/litellm.sh")
     key = f"sk-bench-{uuid.uuid4().hex}"
@@ -372,13 +378,15 @@ async def start_litellm(upstream_port: int, tmp: Path, run: Running) -> Target:
         tmp / "litellm.log",
         argv=["bash", str(LITELLM_SH)],
     )
-    run.procs.append(proc)
-    wait_ready(f"http://127.0.0.1:{port}/health/liveliness", timeout=180, procs=(proc,))
-    return Target("litellm", "127.0.0.1", port, "/v1/chat/completions", MODEL, key)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health/liveliness", timeout=180, procs=(proc,))
+    except BaseException:
+        proc.stop()
+        raise
+    return Target("litellm", "127.0.0.1", port, "/v1/chat/completions", MODEL, key, servers=[proc])
 
 
 async def start_targets(names: list[str], tokens: int, slots: int, tmp: Path) -> Running:
-    run = Running()
     upstream_port = free_port()
     upstream = Proc(
         ["--port", str(upstream_port), "--tokens", str(tokens), "--model", UPSTREAM_MODEL],
@@ -386,13 +394,24 @@ async def start_targets(names: list[str], tokens: int, slots: int, tmp: Path) ->
         tmp / "upstream.log",
         argv=[sys.executable, str(BENCH / "fast_upstream.py")],
     )
-    run.procs.append(upstream)
-    wait_ready(f"http://127.0.0.1:{upstream_port}/v1/models", procs=(upstream,))
+    run = Running(upstream)
+    try:
+        wait_ready(f"http://127.0.0.1:{upstream_port}/v1/models", procs=(upstream,))
+        await _start(run, names, upstream_port, tokens, slots, tmp)
+    except BaseException:
+        run.stop()
+        raise
+    return run
+
+
+async def _start(
+    run: Running, names: list[str], upstream_port: int, tokens: int, slots: int, tmp: Path
+) -> None:
     config = parley_config(tmp / "parley.toml", upstream_port, slots)
     starters: dict[str, Callable[[], Awaitable[Target]]] = {
-        "serve": lambda: start_parley("serve", config, tmp, run),
-        "split": lambda: start_parley("split", config, tmp, run),
-        "litellm": lambda: start_litellm(upstream_port, tmp, run),
+        "serve": lambda: start_parley("serve", config, tmp),
+        "split": lambda: start_parley("split", config, tmp),
+        "litellm": lambda: start_litellm(upstream_port, tmp),
     }
     for name in names:
         if name == "direct":
@@ -406,12 +425,15 @@ async def start_targets(names: list[str], tokens: int, slots: int, tmp: Path) ->
                 run.skipped[name] = f"did not start: {e}"
                 continue
         probe = (await sequential(target, 0, 1, tokens))[0]
+        if probe.error is not None and probe.error.startswith("HTTP 404") and name != "litellm":
+            run.skipped[name] = "this parley has no POST /v1/chat/completions (HTTP 404)"
+            target.stop()
+            continue
         if probe.error is not None:
             run.skipped[name] = f"the first request failed: {probe.error}"
-            target.close()
+            target.stop()
             continue
         run.targets.append(target)
-    return run
 
 
 # -- the run ------------------------------------------------------------------------------

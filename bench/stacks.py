@@ -141,7 +141,11 @@ def start_stack(
             env,
             data.with_suffix(".log"),
         )
-        wait_ready(base, procs=(proc,))
+        try:
+            wait_ready(base, procs=(proc,))
+        except BaseException:
+            proc.stop()
+            raise
         return Stack("serve (SQLite, in-process bus)", base, [proc])
     shared = {
         **env,
