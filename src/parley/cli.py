@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.exceptions import RedisError
@@ -22,6 +22,9 @@ from parley import logs
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.store.database import Database
+
+if TYPE_CHECKING:
+    from parley.services import Services
 
 log = logging.getLogger("parley")
 
@@ -170,12 +173,8 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
-    from parley.services import build_services
-    from parley.store.migrate import upgrade
 
-    services = build_services(settings, worker=worker)
-    await upgrade(services.db)
-    await services.bus.ping()
+    services = await _checked_services(settings, worker=worker)
     app = create_app(services)
     # proxy_headers off: uvicorn would believe X-Forwarded-For from 127.0.0.1; parley reads
     # it itself, from settings.trusted_proxies only (api.deps.client_address)
@@ -238,15 +237,24 @@ def _freeze_startup_objects() -> None:
     gc.set_threshold(20_000, 50, 100)
 
 
-async def _worker(_: argparse.Namespace, settings: Settings) -> int:
-    from parley.services import build_services
+async def _checked_services(settings: Settings, *, worker: bool) -> Services:
+    """The process's services, once its database is migrated and its bus answers: both are
+    checked before an engine is built, so a wrong URL fails at once, not after a model load."""
+    from parley.services import add_worker, build_services
     from parley.store.migrate import upgrade
 
-    if not settings.redis_url:
-        return _fail("parley worker takes runs from a shared bus: give --redis-url (or use serve)")
-    services = build_services(settings, worker=True)
+    services = build_services(settings)
     await upgrade(services.db)
     await services.bus.ping()
+    if worker:
+        add_worker(services)
+    return services
+
+
+async def _worker(_: argparse.Namespace, settings: Settings) -> int:
+    if not settings.redis_url:
+        return _fail("parley worker takes runs from a shared bus: give --redis-url (or use serve)")
+    services = await _checked_services(settings, worker=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

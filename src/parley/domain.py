@@ -41,6 +41,13 @@ TERMINAL_RUN_STATUSES = frozenset(
 )
 
 
+class RunSource(StrEnum):
+    """Who asked for a run: a chat (the web UI, ``/api``) or a program (``/v1``)."""
+
+    CHAT = "chat"
+    API = "api"
+
+
 class CredentialKind(StrEnum):
     """How a request proved who it is."""
 

@@ -119,9 +119,20 @@ def build_services(
         cursors=Cursors(settings.secret_key.get_secret_value()),
     )
     if worker:
-        services.engine = engine or build_engine(settings)
-        concurrency = settings.worker_concurrency or engine_slots(settings)
-        services.worker = Worker(
-            db, bus, services.engine, finisher, settings, concurrency=concurrency
-        )
+        add_worker(services, engine)
     return services
+
+
+def add_worker(services: Services, engine: Engine | None = None) -> None:
+    """Give the process an engine (the settings' own unless one is given) and a worker."""
+    settings = services.settings
+    services.engine = engine or build_engine(settings)
+    concurrency = settings.worker_concurrency or engine_slots(settings)
+    services.worker = Worker(
+        services.db,
+        services.bus,
+        services.engine,
+        services.finisher,
+        settings,
+        concurrency=concurrency,
+    )

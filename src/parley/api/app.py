@@ -13,7 +13,7 @@ from parley.api.edge import Edge
 from parley.api.error_responses import install_error_handlers
 from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
-from parley.api.routes import auth, chats, health, keys, models, runs
+from parley.api.routes import auth, chats, health, keys, models, openai, runs
 from parley.api.web import SecurityHeaders, mount_web
 from parley.services import Services
 
@@ -41,7 +41,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
-    for module in (health, auth, keys, models, chats, runs):
+    for module in (health, auth, keys, models, chats, runs, openai):
         app.include_router(module.router)
     mount_web(app)
     if docs:

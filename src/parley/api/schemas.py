@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
 from parley.config import EngineKind
-from parley.domain import MessageRole, MessageStatus, RunStatus
+from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
 
 
 def _storable(value: str) -> str:
@@ -257,9 +257,13 @@ class RunError(BaseModel):
 class RunOut(BaseModel):
     id: str
     object: Literal["run"] = "run"
-    chat_id: str
-    message_id: str
-    user_message_id: str
+    source: RunSource = Field(description="`chat` (the chat API) or `api` (a program, /v1).")
+    chat_id: str | None = Field(description="None for a program's run made without a chat.")
+    message_id: str | None = Field(description="The assistant message; None without a chat.")
+    user_message_id: str | None
+    content: str | None = Field(
+        None, description="The answer of an ended run without a chat (else in its message)."
+    )
     status: RunStatus
     model: str
     max_tokens: int
@@ -297,7 +301,7 @@ class DoneEventData(BaseModel):
     """`event: done`: the last event of every run's stream."""
 
     run_id: str
-    message_id: str
+    message_id: str | None = Field(description="None for a program's run without a chat.")
     status: RunStatus
     finish_reason: str | None
     usage: Usage

@@ -165,7 +165,7 @@ class EngineServer:
         return GenerationRequest(
             request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
             model=self.model,
-            messages=[ChatMessage(m.role, m.content or "") for m in body.messages],
+            messages=[ChatMessage(m.role, m.text) for m in body.messages],
             max_tokens=body.output_limit or self.default_max_tokens,
             temperature=body.temperature,
             stop=body.stop_strings,

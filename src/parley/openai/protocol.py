@@ -23,9 +23,32 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class ContentPart(_Lenient):
+    """One part of a message's content given as a list (``{"type": "text", "text": …}``)."""
+
+    type: str
+    text: str | None = None
+
+
 class WireMessage(_Lenient):
     role: Role
-    content: str | None = ""
+    content: str | list[ContentPart] | None = ""
+
+    @property
+    def text(self) -> str:
+        """The message's text: its content, or its text parts joined (None is empty)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text or "" for part in self.content if part.type == "text")
+
+    @property
+    def non_text_parts(self) -> list[str]:
+        """The types of the parts that are not text (images, audio, files …)."""
+        if not isinstance(self.content, list):
+            return []
+        return [part.type for part in self.content if part.type != "text"]
 
 
 class StreamOptions(_Lenient):
@@ -43,6 +66,14 @@ class ChatCompletionRequest(_Lenient):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    user: Annotated[str, Field(max_length=256)] | None = None
+    # what parley cannot honour, named so that a request asking for it is refused, not
+    # silently served without it
+    tools: list[object] | None = None
+    functions: list[object] | None = None
+    logprobs: bool | None = None
+    response_format: dict[str, object] | None = None
 
     @property
     def stop_strings(self) -> list[str]:

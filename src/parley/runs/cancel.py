@@ -15,12 +15,18 @@ _CANCELLED = run_records.Outcome(RunStatus.CANCELLED, "", None, 0, "cancelled")
 
 
 async def cancel(
-    db: Database, bus: Bus, finisher: Finisher, who: Principal, chat_id: str, run_id: str
+    db: Database,
+    bus: Bus,
+    finisher: Finisher,
+    who: Principal,
+    chat_id: str | None,
+    run_id: str,
 ) -> Run:
-    """Stop the run; returns it (terminal at once if it was queued or had ended)."""
+    """Stop the run (of that chat, when ``chat_id`` is given); returns it (terminal at once
+    if it was queued or had ended)."""
     async with db.transaction() as s:
         run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
-    if run.chat_id != chat_id:
+    if chat_id is not None and run.chat_id != chat_id:
         raise run_records.run_not_found(run_id)
     if run.status.is_terminal:
         return run

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from parley.accounts.service import Principal
-from parley.bus.interface import Bus, EventKind, StreamEntry, valid_entry_id
+from parley.bus.interface import Bus, EventKind, RunEvent, StreamEntry, valid_entry_id
 from parley.config import Settings
 from parley.errors import InvalidRequest, RateLimited
 from parley.runs.events import delta_event, done_event, sse_frame, sse_ping
@@ -25,6 +25,8 @@ from parley.store.schema import Run
 
 STORED_ID = "0-1"
 STORED_DONE_ID = "0-2"
+PING = StreamEntry("", RunEvent(EventKind.STATUS, {}))
+"""Not an entry of any stream: what the relay yields after each quiet interval."""
 
 
 class Relay:
@@ -36,9 +38,17 @@ class Relay:
     async def open(
         self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
     ) -> AsyncIterator[str]:
-        """Check access and take a stream slot now (errors before any byte is sent).
+        """Check access and take a stream slot now (errors before any byte is sent); the
+        run's events as SSE frames.
 
         ``owned``: the caller has just made or read this run for this user."""
+        entries = await self.entries(who, run_id, last_event_id, owned=owned)
+        return _frames(entries)
+
+    async def entries(
+        self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
+    ) -> AsyncIterator[StreamEntry]:
+        """As ``open``, the run's stream entries themselves (``PING`` after each quiet interval)."""
         after = resume_after(last_event_id)
         ended = False
         if not owned:
@@ -65,10 +75,11 @@ class Relay:
 
     async def _relay(
         self, who: Principal, run_id: str, after: str | None, slot: str, *, ended: bool
-    ) -> AsyncIterator[str]:
-        """Events after ``after`` until ``done``. With nothing (more) to read, a run that has
-        ended answers from the store and closes: its stream is gone, or the client's id
-        lies past its end (``resumed``); an ended run is looked at before any wait."""
+    ) -> AsyncIterator[StreamEntry]:
+        """Entries after ``after`` until ``done``, and ``PING`` after each quiet interval.
+        With nothing (more) to read, a run that has ended answers from the store and closes:
+        its stream is gone, or the client's id lies past its end (``resumed``); an ended
+        run is looked at before any wait."""
         resumed = after is not None
         wait = 0.0 if ended else self._settings.ping_interval_seconds
         try:
@@ -76,7 +87,7 @@ class Relay:
                 entries = await self._bus.read(run_id, after, timeout=wait)
                 wait = self._settings.ping_interval_seconds
                 for entry in entries:
-                    yield sse_frame(entry)
+                    yield entry
                     after = entry.id
                     if entry.event.kind is EventKind.DONE:
                         return
@@ -85,33 +96,34 @@ class Relay:
                 if resumed or not await self._bus.stream_exists(run_id):
                     stored = await self._stored(who, run_id)
                     if stored is not None:
-                        for frame in stored:
-                            yield frame
+                        for entry in stored:
+                            yield entry
                         return
-                yield sse_ping()
+                yield PING
                 await self._hold(who, slot)  # refresh the slot this stream holds
         finally:
             # the client is gone and this task is being cancelled: give the slot back anyway
             with anyio.CancelScope(shield=True):
                 await self._bus.close_stream(who.user_id, slot)
 
-    async def _stored(self, who: Principal, run_id: str) -> list[str] | None:
+    async def _stored(self, who: Principal, run_id: str) -> list[StreamEntry] | None:
         """The finished run from the store as a ``delta`` (``replace``) and ``done``; None
         while it has not ended."""
         async with self._db.transaction() as s:
             run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
-            message = await run_records.assistant_message(s, run)
+            content = await run_records.answer(s, run)
         if not run.status.is_terminal:
             return None
-        content = message.content if message else ""
         return [
-            sse_frame(
-                StreamEntry(
-                    STORED_ID, delta_event(content, run.completion_tokens or 0, replace=True)
-                )
-            ),
-            sse_frame(StreamEntry(STORED_DONE_ID, done_event(run))),
+            StreamEntry(STORED_ID, delta_event(content, run.completion_tokens or 0, replace=True)),
+            StreamEntry(STORED_DONE_ID, done_event(run)),
         ]
+
+
+async def _frames(entries: AsyncIterator[StreamEntry]) -> AsyncIterator[str]:
+    """Entries as SSE frames; a ping as an SSE comment."""
+    async for entry in entries:
+        yield sse_ping() if entry is PING else sse_frame(entry)
 
 
 def resume_after(last_event_id: str | None) -> str | None:

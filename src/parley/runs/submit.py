@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 
@@ -19,13 +20,24 @@ import anyio
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
-from parley.domain import utcnow
+from parley.domain import RunSource, utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
-from parley.qos.budget import Budget, estimate_cost
+from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
+from parley.runs.inputs import RunInput
 from parley.store import chats, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramRequest:
+    """A program's request (``/v1/chat/completions``), already read from the wire."""
+
+    input: RunInput
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +63,46 @@ class Submitter:
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
-        if idempotency_key is not None:
+        return await self._admit(new, estimate_cost(new.content, new.max_tokens))
+
+    async def submit_program(
+        self, who: Principal, req: ProgramRequest, idempotency_key: str | None
+    ) -> Run:
+        """A program's run (``/v1``): its own messages, no chat; else as ``submit``."""
+        tier = self._settings.tier(who.tier)
+        for i, message in enumerate(req.input.messages):
+            self._check_length(message.content, f"messages[{i}].content")
+        encoded = req.input.to_json()
+        new = run_records.NewRun(
+            user_id=who.user_id,
+            chat_id=None,
+            content="",
+            model=self._check_model(who.tier, tier, req.model),
+            tier=who.tier,
+            priority=tier.priority,
+            max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
+            temperature=req.temperature,
+            idempotency_key=idempotency_key,
+            request_hash=_program_hash(req, encoded) if idempotency_key else None,
+            source=RunSource.API,
+            input=encoded,
+        )
+        cost = new.max_tokens + math.ceil(req.input.characters / CHARS_PER_TOKEN)
+        return await self._admit(new, cost)
+
+    async def _admit(self, new: run_records.NewRun, cost: int) -> Run:
+        """Idempotency, queue room, the budget reservation, then the run stored and queued."""
+        if new.idempotency_key is not None:
             existing = await self._existing(new)
             if existing is not None:
                 return existing
         if await self._bus.queue_length() >= self._settings.queue_max:
             raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
         try:
-            reserved = await self._budget.reserve(
-                new.user_id, new.tier, estimate_cost(new.content, new.max_tokens)
-            )
+            reserved = await self._budget.reserve(new.user_id, new.tier, cost)
         except BudgetExhausted:
             # a same-key request may have made the run meanwhile: attach to it, uncharged
-            existing = await self._existing(new) if idempotency_key is not None else None
+            existing = await self._existing(new) if new.idempotency_key is not None else None
             if existing is None:
                 raise
             return existing
@@ -103,12 +142,15 @@ class Submitter:
             raise ValidationFailed(
                 "content must not be blank", code="invalid_content", param="content"
             )
+        self._check_length(content, "content")
+
+    def _check_length(self, content: str, param: str) -> None:
         limit = self._settings.max_message_chars
         if len(content) > limit:
             raise ValidationFailed(
-                f"content must be at most {limit} characters",
+                f"{param} must be at most {limit} characters",
                 code="content_too_long",
-                param="content",
+                param=param,
             )
 
     def allowed_models(self, tier_name: str) -> list[str]:
@@ -161,7 +203,8 @@ class Submitter:
         for _ in range(2):
             try:
                 async with self._db.transaction() as s:
-                    await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+                    if new.chat_id is not None:
+                        await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
                     return await run_records.create_run(s, new), True
             except run_records.DuplicateIdempotencyKey:
                 existing = await self._existing(new)
@@ -195,6 +238,20 @@ class Submitter:
 
 def _allows(tier: TierSettings, model: str) -> bool:
     return "*" in tier.models or model in tier.models
+
+
+def _program_hash(req: ProgramRequest, encoded_input: str) -> str:
+    body = json.dumps(
+        {
+            "input": encoded_input,
+            "model": req.model,
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _request_hash(chat_id: str, req: SendRequest) -> str:

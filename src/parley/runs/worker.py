@@ -27,6 +27,8 @@ import os
 import socket
 from datetime import timedelta
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
@@ -34,10 +36,11 @@ from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
+from parley.runs.inputs import RunInput
 from parley.runs.progress import Progress
 from parley.store import run_records
 from parley.store.database import Database
-from parley.store.schema import Message, Run
+from parley.store.schema import Run
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +138,7 @@ class Worker:
             )
             if run is None:
                 return None
-            request = _request(run, await run_records.history(s, run))
+            request = await _request(s, run)
             prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
             await run_records.set_prompt_tokens(s, run, prompt_tokens)
         return run, request
@@ -248,7 +251,24 @@ class Worker:
                     await self._lose(run_id, progress)
 
 
-def _request(run: Run, history: list[Message]) -> GenerationRequest:
+async def _request(s: AsyncSession, run: Run) -> GenerationRequest:
+    """What the engine is asked: a program's own messages and parameters, or the chat's
+    history up to the run's user message."""
+    if run.input is not None:
+        given = RunInput.from_json(run.input)
+        return GenerationRequest(
+            request_id=run.id,
+            model=run.model,
+            messages=given.messages,
+            max_tokens=run.max_tokens,
+            temperature=run.temperature,
+            priority=run.priority,
+            stop=given.stop,
+            top_p=given.top_p if given.top_p is not None else 1.0,
+            seed=given.seed,
+            affinity_key=run.chat_id or given.affinity_key(run.user_id),
+        )
+    history = await run_records.history(s, run)
     return GenerationRequest(
         request_id=run.id,
         model=run.model,

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, new_id, utcnow
+from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, is_id, new_id, utcnow
 from parley.errors import NotFound, no_such
 from parley.store import chats
 from parley.store.schema import Message, Run
@@ -23,8 +23,11 @@ HISTORY_LIMIT = 200
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
+    """A run to make: a chat's (``chat_id`` and the new message's ``content``) or a
+    program's (``input``: its own messages and parameters, as ``runs/inputs.py`` writes)."""
+
     user_id: str
-    chat_id: str
+    chat_id: str | None
     content: str
     model: str
     tier: str
@@ -34,6 +37,8 @@ class NewRun:
     idempotency_key: str | None
     request_hash: str | None
     reserved_tokens: int | None = None
+    source: RunSource = RunSource.CHAT
+    input: str | None = None
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -45,17 +50,22 @@ def run_not_found(run_id: str) -> NotFound:
 
 
 async def create_run(s: AsyncSession, new: NewRun) -> Run:
-    """The user message, the assistant placeholder and the queued run, in the caller's tx."""
+    """The queued run, in the caller's transaction; for a chat's run, with the user message
+    and the assistant placeholder it writes."""
     now = utcnow()
     run_id = new_id("run")
-    user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
-    assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
+    user_msg = assistant = None
+    if new.chat_id is not None:
+        user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
+        assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
     run = Run(
         id=run_id,
         user_id=new.user_id,
         chat_id=new.chat_id,
-        user_message_id=user_msg.id,
-        assistant_message_id=assistant.id,
+        user_message_id=user_msg.id if user_msg else None,
+        assistant_message_id=assistant.id if assistant else None,
+        source=new.source,
+        input=new.input,
         status=RunStatus.QUEUED,
         model=new.model,
         tier=new.tier,
@@ -80,6 +90,7 @@ async def _add_message(
     s: AsyncSession, new: NewRun, run_id: str, role: MessageRole, now: datetime
 ) -> Message:
     """The run's user message (its content, completed) or its assistant placeholder."""
+    assert new.chat_id is not None
     user = role is MessageRole.USER
     return await chats.add_message(
         s,
@@ -131,7 +142,7 @@ async def delete_run(s: AsyncSession, run: Run) -> None:
     await s.delete(run)
     await s.flush()
     for message_id in (run.assistant_message_id, run.user_message_id):
-        message = await s.get(Message, message_id)
+        message = await s.get(Message, message_id) if message_id else None
         if message is not None:
             await s.delete(message)
 
@@ -201,6 +212,8 @@ async def renew_leases(s: AsyncSession, *, worker_id: str, lease: timedelta) -> 
 
 async def history(s: AsyncSession, run: Run) -> list[Message]:
     """The chat's messages up to and including the run's user message, oldest first."""
+    if run.user_message_id is None:
+        return []
     user_msg = await s.get(Message, run.user_message_id)
     if user_msg is None:
         return []
@@ -281,6 +294,16 @@ async def finish(
         select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
     )
     assert run is not None
+    await _store_answer(s, run, outcome, now)
+    return Finished(run, await take_reservation(s, run_id=run_id))
+
+
+async def _store_answer(s: AsyncSession, run: Run, outcome: Outcome, now: datetime) -> None:
+    """The answer goes to the run's assistant message, or onto the run when it has none."""
+    if run.assistant_message_id is None:
+        await s.execute(update(Run).where(Run.id == run.id).values(output=outcome.content))
+        run.output = outcome.content
+        return
     await s.execute(
         update(Message)
         .where(Message.id == run.assistant_message_id)
@@ -291,7 +314,6 @@ async def finish(
             updated_at=now,
         )
     )
-    return Finished(run, await take_reservation(s, run_id=run_id))
 
 
 def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
@@ -341,5 +363,9 @@ async def stale_queued(s: AsyncSession, *, older_than: datetime, limit: int = 50
     )
 
 
-async def assistant_message(s: AsyncSession, run: Run) -> Message | None:
-    return await s.get(Message, run.assistant_message_id)
+async def answer(s: AsyncSession, run: Run) -> str:
+    """The run's answer as stored: its assistant message's content, or its own output."""
+    if run.assistant_message_id is None:
+        return run.output or ""
+    message = await s.get(Message, run.assistant_message_id)
+    return message.content if message else ""

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from parley.domain import MessageRole, MessageStatus, RunStatus
+from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -158,14 +158,29 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_status_lease", "status", "lease_expires_at"),
         Index("ix_runs_user_chat", "user_id", "chat_id"),
+        Index("ix_runs_user_created", "user_id", "created_at", "id"),
         UniqueConstraint("user_id", "idempotency_key", name="uq_runs_user_idempotency_key"),
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
-    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
-    user_message_id: Mapped[str] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
-    assistant_message_id: Mapped[str] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    # a program's run (``source`` api) has no chat unless it asked for one (``store``)
+    chat_id: Mapped[str | None] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    user_message_id: Mapped[str | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE")
+    )
+    assistant_message_id: Mapped[str | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE")
+    )
+    source: Mapped[RunSource] = mapped_column(
+        str_enum(RunSource, "run_source"), default=RunSource.CHAT, server_default="chat"
+    )
+    # a program's request: its messages and sampling parameters (JSON, ``runs/inputs.py``)
+    input: Mapped[str | None] = mapped_column(Text)
+    # the answer of a run with no assistant message to hold it
+    output: Mapped[str | None] = mapped_column(Text)
+    # the W3C trace context of the request that made the run (api → queue → worker)
+    traceparent: Mapped[str | None] = mapped_column(String(55))
     status: Mapped[RunStatus] = mapped_column(str_enum(RunStatus, "run_status"))
     model: Mapped[str] = mapped_column(String(200))
     tier: Mapped[str] = mapped_column(String(40))

@@ -105,15 +105,20 @@ async def send_message(
         idempotency_key,
     )
     if _wants_json(request):
-        accepted = RunAccepted(
-            run_id=run.id,
-            message_id=run.assistant_message_id,
-            user_message_id=run.user_message_id,
-            status=run.status,
-        )
-        return JSONResponse(accepted.model_dump(mode="json"), status_code=status.HTTP_202_ACCEPTED)
+        return JSONResponse(_accepted(run), status_code=status.HTTP_202_ACCEPTED)
     events = await svc.relay.open(who, run.id, None, owned=True)
     return _sse(events)
+
+
+def _accepted(run: Run) -> dict[str, Any]:
+    assert run.assistant_message_id is not None and run.user_message_id is not None
+    accepted = RunAccepted(
+        run_id=run.id,
+        message_id=run.assistant_message_id,
+        user_message_id=run.user_message_id,
+        status=run.status,
+    )
+    return accepted.model_dump(mode="json")
 
 
 @router.get("/api/runs/{run_id}", response_model=RunOut, responses=errors(*AUTHED, 404))
@@ -152,13 +157,22 @@ async def cancel_run(chat_id: str, run_id: str, who: PrincipalDep, svc: Services
     return run_out(await cancelling.cancel(svc.db, svc.bus, svc.finisher, who, chat_id, run_id))
 
 
+@router.post("/api/runs/{run_id}/cancel", response_model=RunOut, responses=errors(*AUTHED, 404))
+async def cancel_any_run(run_id: str, who: PrincipalDep, svc: ServicesDep) -> RunOut:
+    """Stop a run by its id alone (a program's run has no chat). A queued run ends at once;
+    a running one stops within moments."""
+    return run_out(await cancelling.cancel(svc.db, svc.bus, svc.finisher, who, None, run_id))
+
+
 def run_out(run: Run) -> RunOut:
     error = (
         RunError(code=run.error_code, message=run.error_message or "") if run.error_code else None
     )
     return RunOut(
         id=run.id,
+        source=run.source,
         chat_id=run.chat_id,
+        content=run.output if run.assistant_message_id is None else None,
         message_id=run.assistant_message_id,
         user_message_id=run.user_message_id,
         status=run.status,

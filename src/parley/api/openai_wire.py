@@ -1,0 +1,202 @@
+"""A run as OpenAI's chat-completions API shows it: a request read into a program's run,
+the run's stream as ``chat.completion.chunk`` events ending with ``data: [DONE]``, or the
+whole run as one ``chat.completion``; a failed run as OpenAI's error shape.
+
+The wire types are ``parley.openai.protocol``'s; the chunks of a streamed answer are written
+from a template made once per run (only the text is encoded per chunk), since relaying
+them is most of what ``/v1`` costs per token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from parley.bus.interface import EventKind, StreamEntry
+from parley.engines.interface import ChatMessage
+from parley.errors import InvalidRequest, ParleyError, Unavailable
+from parley.openai.protocol import (
+    DONE,
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionRequest,
+    CompletionChoice,
+    Usage,
+    sse_data,
+)
+from parley.runs.inputs import RunInput
+from parley.runs.submit import ProgramRequest
+
+# finish reasons of runs that did not complete (OpenAI has none for a stopped request;
+# vLLM's "abort" is the one OpenAI-compatible servers use)
+ABORTED = "abort"
+
+
+def read_request(raw: bytes) -> ChatCompletionRequest:
+    """The body as a chat-completions request; InvalidRequest (400) naming the parameter."""
+    try:
+        return ChatCompletionRequest.model_validate_json(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        if first["type"] == "json_invalid":
+            reason = first.get("ctx", {}).get("error", "")
+            raise InvalidRequest(
+                f"the body is not valid JSON: {reason}", code="invalid_json"
+            ) from None
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequest(
+            f"{param or 'body'}: {first['msg']}", code="invalid_request_error", param=param
+        ) from None
+
+
+def program_request(body: ChatCompletionRequest) -> ProgramRequest:
+    """What the run is asked; InvalidRequest for what parley would otherwise ignore."""
+    _refuse_unsupported(body)
+    messages = []
+    for i, m in enumerate(body.messages):
+        if m.non_text_parts:
+            raise InvalidRequest(
+                f"only text content is supported, not {m.non_text_parts[0]!r}",
+                code="unsupported_content",
+                param=f"messages.{i}.content",
+            )
+        messages.append(ChatMessage("system" if m.role == "developer" else m.role, m.text))
+    return ProgramRequest(
+        input=RunInput(messages, stop=body.stop_strings, top_p=body.top_p, seed=body.seed),
+        model=body.model,
+        max_tokens=body.output_limit,
+        temperature=body.temperature,
+    )
+
+
+def _refuse_unsupported(body: ChatCompletionRequest) -> None:
+    if body.n is not None and body.n != 1:
+        raise _unsupported("only n = 1 is supported", "n")
+    if body.tools or body.functions:
+        raise _unsupported("tools and functions are not supported", "tools")
+    if body.logprobs:
+        raise _unsupported("logprobs are not supported", "logprobs")
+    if body.response_format and body.response_format.get("type", "text") != "text":
+        raise _unsupported("only the text response format is supported", "response_format")
+    if any(m.role == "tool" for m in body.messages):
+        raise _unsupported("tool messages are not supported (no tools)", "messages")
+    if len(body.stop_strings) > 4:
+        raise _unsupported("at most 4 stop sequences", "stop")
+
+
+def _unsupported(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, code="unsupported_parameter", param=param)
+
+
+def completion_id(run_id: str) -> str:
+    return f"chatcmpl-{run_id}"
+
+
+@dataclass(slots=True)
+class Answer:
+    """What a run's stream told, read to its ``done``."""
+
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    error: ParleyError | None = None
+
+    def take(self, entry: StreamEntry) -> bool:
+        """Take one entry in; True once it was the run's ``done``."""
+        data = entry.event.data
+        match entry.event.kind:
+            case EventKind.DELTA:
+                if data.get("replace"):
+                    self.text.clear()
+                self.text.append(data.get("text", ""))
+            case EventKind.ERROR:
+                self.error = run_error(data.get("code", "engine_error"), data.get("message", ""))
+            case EventKind.DONE:
+                self.finish_reason = finish_reason(data)
+                self.usage = Usage(**data.get("usage", {}))
+                return True
+        return False
+
+
+def finish_reason(done: dict[str, object]) -> str:
+    reason = done.get("finish_reason")
+    if done.get("status") == "completed" and isinstance(reason, str):
+        return reason
+    return ABORTED
+
+
+def run_error(code: str, message: str) -> ParleyError:
+    """A run's failure as the error a client of OpenAI's API expects for it."""
+    if code in ("context_length_exceeded", "upstream_rejected"):
+        return InvalidRequest(message, code=code, param="messages")
+    if code == "engine_unavailable":
+        return Unavailable(message, code=code, retry_after=1.0)
+    return ParleyError(message, code=code)
+
+
+async def collect(entries: AsyncIterator[StreamEntry]) -> Answer:
+    answer = Answer()
+    async for entry in entries:
+        if answer.take(entry):
+            break
+    return answer
+
+
+def completion(run_id: str, model: str, created: int, answer: Answer) -> ChatCompletion:
+    return ChatCompletion(
+        id=completion_id(run_id),
+        created=created,
+        model=model,
+        choices=[
+            CompletionChoice(
+                message=AssistantMessage(content="".join(answer.text)),
+                finish_reason=answer.finish_reason,
+            )
+        ],
+        usage=answer.usage,
+    )
+
+
+class ChunkWriter:
+    """The SSE events of one streamed completion, each a ``chat.completion.chunk``."""
+
+    def __init__(self, run_id: str, model: str, *, include_usage: bool) -> None:
+        self._head = (
+            '{"id":' + json.dumps(completion_id(run_id)) + ',"object":"chat.completion.chunk",'
+            f'"created":{int(time.time())},"model":' + json.dumps(model) + ',"choices":'
+        )
+        self._include_usage = include_usage
+
+    def _event(self, choices: str, usage: str = "") -> bytes:
+        return f"data: {self._head}{choices}{usage}}}\n\n".encode()
+
+    def role(self) -> bytes:
+        return self._event(
+            '[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]'
+        )
+
+    def content(self, text: str) -> bytes:
+        return self._event(
+            '[{"index":0,"delta":{"content":'
+            + json.dumps(text, ensure_ascii=False)
+            + '},"finish_reason":null}]'
+        )
+
+    def end(self, answer: Answer) -> bytes:
+        """The last chunks: the finish reason, the usage if asked for, then ``[DONE]``."""
+        out = self._event(
+            '[{"index":0,"delta":{},"finish_reason":' + json.dumps(answer.finish_reason) + "}]"
+        )
+        if self._include_usage:
+            out += self._event("[]", ',"usage":' + answer.usage.model_dump_json())
+        return out + sse_data(DONE)
+
+    @staticmethod
+    def error(error: ParleyError) -> bytes:
+        """An error mid-stream, as OpenAI sends one (the official client raises on it)."""
+        body = {"message": error.message, "type": error.type, "code": error.code}
+        return f"data: {json.dumps({'error': {**body, 'param': error.param}})}\n\n".encode()

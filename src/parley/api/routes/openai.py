@@ -1,0 +1,188 @@
+"""OpenAI's API for programs: ``GET /v1/models``, ``POST /v1/chat/completions``.
+
+Every completion is a run like a chat's (admitted against the token budget, queued by tier,
+recorded, cancellable, visible at ``/api/runs/{id}``), but it carries its own messages and
+makes no chat. Unlike the chat API, a client that closes a streaming connection (or leaves
+before a whole answer is ready) cancels its run, as OpenAI does. Errors use OpenAI's shape,
+and every answer to an authenticated caller carries the ``x-ratelimit-*-tokens`` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from parley.accounts.service import Principal
+from parley.api.deps import PrincipalDep, ServicesDep
+from parley.api.openai_wire import (
+    Answer,
+    ChunkWriter,
+    collect,
+    completion,
+    program_request,
+    read_request,
+)
+from parley.api.routes import AUTHED, errors
+from parley.bus.interface import StreamEntry
+from parley.errors import InvalidRequest, NotFound, ParleyError, ValidationFailed
+from parley.openai.protocol import (
+    DONE,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelCard,
+    ModelList,
+    sse_data,
+)
+from parley.qos.budget import rate_limit_headers
+from parley.runs import cancel as cancelling
+from parley.runs.relay import PING
+from parley.services import Services
+from parley.store.schema import Run
+
+router = APIRouter(tags=["openai"])
+
+RUN_ID_HEADER = "x-parley-run-id"
+_STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+@router.get("/v1/models", response_model=ModelList, responses=errors(*AUTHED))
+async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
+    """The models your tier may use, in OpenAI's list shape."""
+    body = ModelList(data=[ModelCard(id=m) for m in svc.submitter.allowed_models(who.tier)])
+    return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
+
+
+_COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "With `stream: true`."},
+    **errors(400, *AUTHED, 404, 413, 429, 503),
+}
+_COMPLETION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}},
+    }
+}
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    responses=_COMPLETION_RESPONSES,
+    openapi_extra=_COMPLETION_BODY,
+)
+async def chat_completions(
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
+) -> Response:
+    """A chat completion: streamed as `chat.completion.chunk` events ending with
+    `data: [DONE]` (`stream: true`), or whole. Closing the connection first cancels it."""
+    try:
+        body = read_request(await request.body())
+        run = await _submit(svc, who, body, idempotency_key)
+    except ParleyError as e:
+        e.headers = {**await _rate_headers(svc, who), **e.headers}
+        raise
+    headers = {**await _rate_headers(svc, who), RUN_ID_HEADER: run.id}
+    entries = await svc.relay.entries(who, run.id, None, owned=True)
+    stop = _stopper(svc, who, run.id)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        writer = ChunkWriter(run.id, run.model, include_usage=include_usage)
+        return StreamingResponse(
+            _chunks(entries, writer, stop),
+            media_type="text/event-stream",
+            headers={**_STREAM_HEADERS, **headers},
+        )
+    answer = await _whole(request, entries, stop)
+    if answer.error is not None:
+        answer.error.headers = {**headers, **answer.error.headers}
+        raise answer.error
+    whole = completion(run.id, run.model, int(run.created_at.timestamp()), answer)
+    return JSONResponse(whole.model_dump(mode="json", exclude_none=True), headers=headers)
+
+
+async def _submit(
+    svc: Services, who: Principal, body: ChatCompletionRequest, key: str | None
+) -> Run:
+    """The run, with the submitter's refusals in OpenAI's terms: an unknown model is 404
+    ``model_not_found``, any other invalid parameter 400 (never 422)."""
+    try:
+        return await svc.submitter.submit_program(who, program_request(body), key)
+    except ValidationFailed as e:
+        kind = NotFound if e.code == "model_not_found" else InvalidRequest
+        raise kind(e.message, code=e.code, param=e.param, headers=e.headers) from None
+
+
+async def _rate_headers(svc: Services, who: Principal) -> dict[str, str]:
+    return rate_limit_headers(await svc.budget.balance(who.user_id, who.tier))
+
+
+Stopper = Callable[[], Awaitable[None]]
+
+
+def _stopper(svc: Services, who: Principal, run_id: str) -> Stopper:
+    """Cancels the run, even from a task being cancelled (the client has gone)."""
+
+    async def stop() -> None:
+        with anyio.CancelScope(shield=True):
+            await cancelling.cancel(svc.db, svc.bus, svc.finisher, who, None, run_id)
+
+    return stop
+
+
+async def _chunks(
+    entries: AsyncIterator[StreamEntry], writer: ChunkWriter, stop: Stopper
+) -> AsyncIterator[bytes]:
+    """The run's stream as chunks; a client that leaves before ``done`` cancels the run."""
+    answer = Answer()
+    done = False
+    try:
+        yield writer.role()
+        async for entry in entries:
+            failed = answer.error
+            done = answer.take(entry)
+            if done:
+                yield writer.end(answer) if answer.error is None else sse_data(DONE)
+                return
+            if entry is PING:
+                yield b": ping\n\n"
+            elif answer.error is not None and failed is None:
+                yield writer.error(answer.error)
+            elif entry.event.data.get("text"):
+                yield writer.content(entry.event.data["text"])
+    finally:
+        if not done:
+            await stop()
+
+
+async def _whole(request: Request, entries: AsyncIterator[StreamEntry], stop: Stopper) -> Answer:
+    """The run read to its end; if the client leaves first, the run is cancelled."""
+    reading = asyncio.ensure_future(collect(entries))
+    leaving = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({reading, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        if not reading.done():
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            await stop()
+    if reading.cancelled():  # nobody is left to read this
+        return Answer(error=ParleyError("the client closed the connection", code="client_gone"))
+    return reading.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message: dict[str, Any] = dict(await request.receive())
+        if message["type"] == "http.disconnect":
+            return

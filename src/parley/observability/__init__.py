@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics (``metrics.py``) and OpenTelemetry traces (``tracing.py``)."""

@@ -1,0 +1,192 @@
+"""OpenAI's API for programs, driven by the official ``openai`` package, unchanged, against a
+live parley (a real uvicorn server with its worker) on both stacks: SQLite with the
+in-process bus, and Postgres with Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionSystemMessageParam, ChatCompletionUserMessageParam
+
+from parley.engines.fake import FAKE_MODEL, FakeEngine
+from parley.services import Services
+from tests.helpers import bearer, signup
+from tests.runs.helpers import wait_run
+from tests.waiting import eventually
+
+RATE_HEADERS = ("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens")
+SYSTEM: ChatCompletionSystemMessageParam = {"role": "system", "content": "You are terse."}
+HELLO: ChatCompletionUserMessageParam = {"role": "user", "content": "Say hello"}
+
+
+@pytest.fixture
+async def api_key(run_client: httpx.AsyncClient) -> str:
+    session = (await signup(run_client, "prog@example.com"))["token"]
+    r = await run_client.post("/api/keys", json={"name": "script"}, headers=bearer(session))
+    assert r.status_code == 201, r.text
+    key: str = r.json()["key"]
+    return key
+
+
+@pytest.fixture
+async def oai(run_client: httpx.AsyncClient, api_key: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(
+        base_url=_v1(run_client), api_key=api_key, max_retries=0, timeout=30
+    )
+    yield client
+    await client.close()
+
+
+def _v1(client: httpx.AsyncClient) -> str:
+    return f"{str(client.base_url).rstrip('/')}/v1"
+
+
+def _run_id(completion_id: str) -> str:
+    assert completion_id.startswith("chatcmpl-run_")
+    return completion_id.removeprefix("chatcmpl-")
+
+
+async def test_lists_the_models(oai: openai.AsyncOpenAI) -> None:
+    page = await oai.models.list()
+    assert [m.id for m in page.data] == [FAKE_MODEL]
+    assert page.data[0].object == "model"
+
+
+async def test_a_whole_completion_is_a_run_without_a_chat(
+    oai: openai.AsyncOpenAI, run_client: httpx.AsyncClient, api_key: str
+) -> None:
+    done = await oai.chat.completions.create(model=FAKE_MODEL, messages=[SYSTEM, HELLO])
+    choice = done.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.finish_reason == "stop"
+    assert choice.message.content is not None
+    assert len(choice.message.content.split()) == 24  # the fake engine's answer, whole
+    assert done.usage is not None and done.usage.completion_tokens == 24
+    assert done.usage.prompt_tokens == (3 + 4) + (2 + 4)  # the fake engine: words + 4 each
+    assert done.usage.total_tokens == done.usage.prompt_tokens + 24
+    run = (await run_client.get(f"/api/runs/{_run_id(done.id)}", headers=bearer(api_key))).json()
+    assert run["source"] == "api"
+    assert run["status"] == "completed"
+    assert run["chat_id"] is None and run["message_id"] is None
+    assert run["content"] == choice.message.content
+    chats = (await run_client.get("/api/chats", headers=bearer(api_key))).json()
+    assert chats["data"] == []
+
+
+async def test_a_streamed_completion_with_usage(
+    oai: openai.AsyncOpenAI, run_services: Services
+) -> None:
+    whole = await oai.chat.completions.create(model=FAKE_MODEL, messages=[SYSTEM, HELLO])
+    stream = await oai.chat.completions.create(
+        model=FAKE_MODEL,
+        messages=[SYSTEM, HELLO],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta]
+    assert len([t for t in content if t]) == 24  # one chunk per token
+    assert "".join(t or "" for t in content) == whole.choices[0].message.content
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert [c.choices[0].finish_reason for c in finishing] == ["stop"]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()  # type: ignore[union-attr]
+    assert {c.id for c in chunks} == {chunks[0].id}
+
+
+async def test_a_stream_without_usage_sends_none(oai: openai.AsyncOpenAI) -> None:
+    stream = await oai.chat.completions.create(model=FAKE_MODEL, messages=[HELLO], stream=True)
+    chunks = [chunk async for chunk in stream]
+    assert all(c.usage is None for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"n": 2}, "n"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 100_000}, "max_tokens"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ],
+)
+async def test_a_bad_request_names_its_parameter(
+    oai: openai.AsyncOpenAI, params: dict[str, Any], param: str
+) -> None:
+    body: dict[str, Any] = {"model": FAKE_MODEL, "messages": [HELLO], **params}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(**body)
+    assert caught.value.status_code == 400
+    assert caught.value.param == param
+    assert caught.value.body["param"] == param  # type: ignore[index]
+
+
+async def test_an_unknown_model_is_not_found(oai: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await oai.chat.completions.create(model="gpt-17", messages=[HELLO])
+    assert caught.value.code == "model_not_found"
+    assert caught.value.param == "model"
+
+
+async def test_a_wrong_key_is_an_authentication_error(run_client: httpx.AsyncClient) -> None:
+    client = openai.AsyncOpenAI(base_url=_v1(run_client), api_key="pk_nope")
+    with pytest.raises(openai.AuthenticationError):
+        await client.models.list()
+    await client.close()
+
+
+async def test_every_answer_carries_rate_limit_headers(
+    run_client: httpx.AsyncClient, api_key: str
+) -> None:
+    auth = bearer(api_key)
+    models = await run_client.get("/v1/models", headers=auth)
+    body = {"model": FAKE_MODEL, "messages": [HELLO]}
+    whole = await run_client.post("/v1/chat/completions", json=body, headers=auth)
+    streamed = await run_client.post(
+        "/v1/chat/completions", json={**body, "stream": True}, headers=auth
+    )
+    bad = await run_client.post(
+        "/v1/chat/completions", json={**body, "temperature": -1}, headers=auth
+    )
+    assert [r.status_code for r in (models, whole, streamed, bad)] == [200, 200, 200, 400]
+    for r in (models, whole, streamed, bad):
+        assert all(h in r.headers for h in RATE_HEADERS), r.headers
+    assert streamed.text.endswith("data: [DONE]\n\n")
+    capacity = int(models.headers["x-ratelimit-limit-tokens"])
+    assert int(whole.headers["x-ratelimit-remaining-tokens"]) < capacity
+
+
+async def test_closing_a_stream_frees_the_engine_slot_within_a_second(
+    oai: openai.AsyncOpenAI, run_services: Services, run_client: httpx.AsyncClient, api_key: str
+) -> None:
+    engine = run_services.engine
+    assert isinstance(engine, FakeEngine)
+    engine.config = replace(engine.config, inter_token_latency=0.05, output_tokens=400)
+    stream = await oai.chat.completions.create(model=FAKE_MODEL, messages=[HELLO], stream=True)
+    seen = 0
+    async for chunk in stream:
+        seen += bool(chunk.choices and chunk.choices[0].delta.content)
+        if seen == 3:
+            break
+    assert engine.busy_slots == 1
+    run_id = _run_id(chunk.id)
+    await stream.close()
+
+    async def freed() -> bool:
+        return engine.busy_slots == 0
+
+    await eventually(freed, "the engine slot to be freed", timeout=1.0)
+    run = await wait_run(run_client, bearer(api_key), run_id)
+    assert run["status"] == "cancelled"
+    assert 3 <= run["usage"]["completion_tokens"] < 400
