@@ -136,6 +136,7 @@ class _Answer:
         self.usage: int | None = None
         self.ttft: float | None = None
         self.done = False
+        self.error: str | None = None
 
     def feed(self, data: bytes, now: float) -> None:
         self.buffer += data
@@ -150,6 +151,10 @@ class _Answer:
             self.done = True
             return
         chunk = json.loads(payload)
+        error = chunk.get("error")
+        if error:  # an error event mid-stream (parley's /v1 sends one before [DONE])
+            detail = error if isinstance(error, dict) else {"message": error}
+            self.error = f"error event: {detail.get('code')}: {detail.get('message')}"
         usage = chunk.get("usage")
         if usage and usage.get("completion_tokens") is not None:
             self.usage = int(usage["completion_tokens"])
@@ -220,7 +225,9 @@ class Conn:
             answer.feed(piece, time.perf_counter())
         result = Result(ttft=answer.ttft, tokens=answer.usage or answer.chunks)
         text = "".join(answer.parts)
-        if not answer.done:
+        if answer.error is not None:
+            result.error = answer.error
+        elif not answer.done:
             result.error = "the stream ended without [DONE]"
         elif text != expected:
             result.error = f"text relayed differs: {text[:60]!r}"
