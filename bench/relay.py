@@ -21,83 +21,17 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from stacks import BENCH_TIERS, pct, start_stack
 
 from parley.engines.fake import FakeEngine, FakeEngineConfig
 from parley.engines.interface import ChatMessage, GenerationRequest
-
-POSTGRES_URL = os.environ.get("PARLEY_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
-REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Proc:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "parley", "--log-level", "WARNING", *args],
-            env={**base, **env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self._log.close()
-
-
-def wait_ready(base: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"parley at {base} did not become ready")
-
-
-BENCH_TIERS = """
-default_tier = "bench"
-[tiers.bench]
-priority = 0
-tokens_per_minute = 100000000
-burst_tokens = 100000000
-max_concurrent_runs = 100000
-max_output_tokens = 8192
-"""
 
 
 def engine_env(ttft_ms: float, itl_ms: float, tokens: int, slots: int) -> dict[str, str]:
@@ -114,39 +48,6 @@ def engine_env(ttft_ms: float, itl_ms: float, tokens: int, slots: int) -> dict[s
         "PARLEY_QUEUE_MAX": "100000",
         "PARLEY_DEFAULT_MAX_TOKENS": str(max(tokens, 1)),
     }
-
-
-@dataclass
-class Stack:
-    name: str
-    base: str
-    procs: list[Proc]
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.stop()
-
-
-def start_stack(kind: str, env: dict[str, str], tmp: Path) -> Stack:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    if kind == "serve":
-        data = tmp / f"serve-{port}"
-        proc = Proc(
-            ["serve", "--port", str(port), "--data-dir", str(data)], env, data.with_suffix(".log")
-        )
-        wait_ready(base)
-        return Stack("serve (SQLite, in-process bus)", base, [proc])
-    shared = {
-        **env,
-        "PARLEY_DATABASE_URL": POSTGRES_URL,
-        "PARLEY_REDIS_URL": REDIS_URL,
-        "PARLEY_REDIS_NAMESPACE": f"bench-{uuid.uuid4().hex[:8]}",
-    }
-    worker = Proc(["worker"], shared, tmp / f"worker-{port}.log")
-    api = Proc(["api", "--port", str(port)], shared, tmp / f"api-{port}.log")
-    wait_ready(base)
-    return Stack("api + worker (Postgres, Redis)", base, [api, worker])
 
 
 async def login(base: str) -> tuple[dict[str, str], str]:

@@ -1,0 +1,184 @@
+"""Starting parley as processes for benchmarks: `serve`, or the split stack (`api` + `worker`
+on Postgres and Redis). Shared by `bench/relay.py` and `bench/gateway.py`.
+
+Processes run ``python -m parley`` with this interpreter and the caller's environment minus
+any ``PARLEY_*`` variable (what a benchmark wants it passes itself), so ``PYTHONPATH`` picks
+the tree under test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+POSTGRES_URL = os.environ.get("PARLEY_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
+REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# A tier no benchmark's load runs into.
+BENCH_TIERS = """
+default_tier = "bench"
+[tiers.bench]
+priority = 0
+tokens_per_minute = 100000000
+burst_tokens = 100000000
+max_concurrent_runs = 100000
+max_output_tokens = 8192
+"""
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Proc:
+    """A child process, its output to ``log``; ``argv`` defaults to ``python -m parley``."""
+
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, *, argv: list[str] | None = None
+    ) -> None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        self.log = log
+        self._log = log.open("wb")
+        command = argv if argv is not None else [sys.executable, "-m", "parley"]
+        if argv is None:
+            command += ["--log-level", "WARNING"]
+        self.proc = subprocess.Popen(
+            [*command, *args],
+            env={**base, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        self._log.flush()
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def wait_ready(url: str, timeout: float = 60, procs: tuple[Proc, ...] = ()) -> None:
+    """Until ``url`` answers 200 (a bare origin means its ``/readyz``); fails early when one
+    of ``procs`` has exited."""
+    if urlsplit(url).path in ("", "/"):
+        url = url.rstrip("/") + "/readyz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if not p.alive():
+                raise SystemExit(f"{p.log.name} exited before {url} was ready:\n{p.tail()}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} did not become ready within {timeout:.0f} s")
+
+
+@dataclass
+class Stack:
+    name: str
+    base: str
+    procs: list[Proc]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+
+
+def start_stack(
+    kind: str,
+    env: dict[str, str],
+    tmp: Path,
+    *,
+    args: list[str] | None = None,
+    database_url: str = POSTGRES_URL,
+    redis_url: str = REDIS_URL,
+    redis_namespace: str | None = None,
+) -> Stack:
+    """``serve`` (SQLite in ``tmp``, in-process bus) or ``split`` (`api` + `worker`);
+    ``args`` go to every process (e.g. ``["--config", path]``)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    extra = args or []
+    if kind == "serve":
+        data = tmp / f"serve-{port}"
+        proc = Proc(
+            ["serve", "--port", str(port), "--data-dir", str(data), *extra],
+            env,
+            data.with_suffix(".log"),
+        )
+        try:
+            wait_ready(base, procs=(proc,))
+        except BaseException:
+            proc.stop()
+            raise
+        return Stack("serve (SQLite, in-process bus)", base, [proc])
+    shared = {
+        **env,
+        "PARLEY_DATABASE_URL": database_url,
+        "PARLEY_REDIS_URL": redis_url,
+        "PARLEY_REDIS_NAMESPACE": redis_namespace or f"bench-{uuid.uuid4().hex[:8]}",
+    }
+    worker = Proc(["worker", *extra], shared, tmp / f"worker-{port}.log")
+    api = Proc(["api", "--port", str(port), *extra], shared, tmp / f"api-{port}.log")
+    stack = Stack("api + worker (Postgres, Redis)", base, [api, worker])
+    try:
+        wait_ready(base, procs=(api, worker))
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+async def ensure_database(url: str) -> None:
+    """Create the Postgres database ``url`` names unless it exists (trust auth, as here)."""
+    from sqlalchemy import text  # only the split stack needs these
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not name.replace("_", "").isalnum():
+        raise SystemExit(f"unexpected database name {name!r} in {url}")
+    admin = urlunsplit(parts._replace(scheme="postgresql+asyncpg", path="/postgres"))
+    engine = create_async_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            query = text("SELECT 1 FROM pg_database WHERE datname = :name")
+            if (await conn.execute(query, {"name": name})).scalar() is None:
+                await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        await engine.dispose()
