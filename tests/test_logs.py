@@ -91,6 +91,13 @@ def test_off_a_terminal_every_line_is_json_with_its_request_trace_run_and_user(
     assert any(
         line.get("request_id") == request_id and line.get("trace_id") == TRACE_ID for line in lines
     ), lines
+    # the API's lines of an authenticated request carry its user (the access line included)
+    access = [
+        line
+        for line in lines
+        if line.get("request_id") == request_id and line["logger"] == "uvicorn.access"
+    ]
+    assert access and all(line.get("user_id") == user_id for line in access), access
     of_me = [line for line in lines if line.get("request_id") == me.headers["x-request-id"]]
     assert of_me and all("trace_id" not in line for line in of_me), of_me
     run_lines = [line for line in lines if line.get("run_id") == run_id]

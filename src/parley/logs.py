@@ -32,6 +32,7 @@ __all__ = [
     "JsonFormatter",
     "LogFormat",
     "TextFormatter",
+    "add",
     "bind",
     "bound",
     "configure",
@@ -66,6 +67,17 @@ def bind(**fields: str | None) -> Iterator[None]:
         yield
     finally:
         _context.reset(token)
+
+
+def add(**fields: str | None) -> None:
+    """Bind ``fields`` for the rest of the enclosing ``bind`` block (a request's, at the
+    edge, which restores what was there before it when it ends): what a request learns on
+    its way, such as who made it."""
+    unknown = sorted(set(fields) - set(CONTEXT_FIELDS))
+    if unknown:
+        raise TypeError(f"not a log context field: {', '.join(unknown)}")
+    known = {name: str(value) for name, value in fields.items() if value is not None}
+    _context.set(MappingProxyType({**_context.get(), **known}))
 
 
 def bound() -> dict[str, str]:

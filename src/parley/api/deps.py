@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
+from parley import logs
 from parley.accounts.service import Principal
 from parley.domain import CredentialKind
 from parley.errors import PermissionDenied, Unauthenticated
@@ -46,6 +47,7 @@ async def principal(
 ) -> Principal:
     who = await _authenticate(request, svc, bearer, cookie)
     request.state.principal = who  # whose request a refusal refused (metrics: its tier)
+    logs.add(user_id=who.user_id)  # the rest of the request's log lines carry it
     return who
 
 
