@@ -11,7 +11,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionSystemMessageParam, ChatCompletionUserMessageParam
+from openai.types.chat import (
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionUserMessageParam,
+)
 
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.services import Services
@@ -190,3 +194,46 @@ async def test_closing_a_stream_frees_the_engine_slot_within_a_second(
     run = await wait_run(run_client, bearer(api_key), run_id)
     assert run["status"] == "cancelled"
     assert 3 <= run["usage"]["completion_tokens"] < 400
+
+
+async def test_store_keeps_the_conversation_as_a_chat(
+    oai: openai.AsyncOpenAI, run_client: httpx.AsyncClient, api_key: str
+) -> None:
+    earlier: list[ChatCompletionMessageParam] = [
+        SYSTEM,
+        {"role": "user", "content": "First question\nwith a second line"},
+        {"role": "assistant", "content": "First answer"},
+        {"role": "user", "content": "/echo kept as a chat"},
+    ]
+    done = await oai.chat.completions.create(
+        model=FAKE_MODEL, messages=earlier, extra_body={"store": True}
+    )
+    assert done.choices[0].message.content == "kept as a chat"
+    auth = bearer(api_key)
+    run = (await run_client.get(f"/api/runs/{_run_id(done.id)}", headers=auth)).json()
+    assert run["source"] == "api" and run["chat_id"] is not None
+    chats = (await run_client.get("/api/chats", headers=auth)).json()["data"]
+    assert [(c["id"], c["title"]) for c in chats] == [
+        (run["chat_id"], "First question with a second line")
+    ]
+    r = await run_client.get(
+        f"/api/chats/{run['chat_id']}/messages", params={"order": "asc"}, headers=auth
+    )
+    history = [(m["role"], m["content"], m["status"]) for m in r.json()["data"]]
+    assert history == [
+        ("system", "You are terse.", "completed"),
+        ("user", "First question\nwith a second line", "completed"),
+        ("assistant", "First answer", "completed"),
+        ("user", "/echo kept as a chat", "completed"),
+        ("assistant", "kept as a chat", "completed"),
+    ]
+
+
+async def test_store_needs_a_last_user_message(oai: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await oai.chat.completions.create(
+            model=FAKE_MODEL,
+            messages=[HELLO, {"role": "assistant", "content": "Hi"}],
+            extra_body={"store": True},
+        )
+    assert caught.value.param == "messages"

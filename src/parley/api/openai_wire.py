@@ -51,6 +51,7 @@ def program_request(body: ChatCompletionRequest) -> ProgramRequest:
         model=body.model,
         max_tokens=body.output_limit,
         temperature=body.temperature,
+        store=body.store,
     )
 
 

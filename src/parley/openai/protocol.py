@@ -68,6 +68,8 @@ class ChatCompletionRequest(_Lenient):
     stream_options: StreamOptions | None = None
     n: Annotated[int, Field(ge=1)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
+    # parley's /v1: keep the conversation and its answer as a chat of the caller's
+    store: bool = False
     # what parley cannot honour, named so that a request asking for it is refused, not
     # silently served without it
     tools: list[object] | None = None

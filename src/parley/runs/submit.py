@@ -21,13 +21,13 @@ import anyio
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
-from parley.domain import RunSource, RunStatus, utcnow
+from parley.domain import MessageRole, RunSource, RunStatus, utcnow
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.runs.inputs import RunInput
-from parley.store import chats, run_records
+from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
@@ -40,6 +40,7 @@ class ProgramRequest:
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    store: bool = False  # keep it as a chat
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ class Submitter:
         for i, message in enumerate(req.input.messages):
             self._check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
-        new = run_records.NewRun(
+        new = new_runs.NewRun(
             user_id=who.user_id,
             chat_id=None,
             content="",
@@ -116,10 +117,27 @@ class Submitter:
             input=encoded,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
+        if req.store:
+            new = self._kept(new, req.input)
         cost = new.max_tokens + math.ceil(req.input.characters / CHARS_PER_TOKEN)
         return await self._admit(new, cost)
 
-    async def _admit(self, new: run_records.NewRun, cost: int) -> Run:
+    def _kept(self, new: new_runs.NewRun, given: RunInput) -> new_runs.NewRun:
+        """A kept program's run: its last message (a user's) as the chat's new message, the
+        conversation before it as the chat's history, titled by its first user message."""
+        last = given.messages[-1]
+        if last.role != "user":
+            raise ValidationFailed(
+                "to keep a conversation as a chat (store), its last message must be the user's",
+                code="store_needs_user_message",
+                param="messages",
+            )
+        earlier = [(MessageRole(m.role), m.content) for m in given.messages[:-1]]
+        first = next(m.content for m in given.messages if m.role == "user")
+        title = " ".join(first.split())[: self._settings.max_title_chars] or "New chat"
+        return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
+
+    async def _admit(self, new: new_runs.NewRun, cost: int) -> Run:
         """Idempotency, queue room, the budget reservation, then the run stored and queued."""
         if new.idempotency_key is not None:
             existing = await self._existing(new)
@@ -159,18 +177,18 @@ class Submitter:
         self._handoff.start(run)
         return run
 
-    async def _unmade(self, new: run_records.NewRun, reserved: int, worker_id: str | None) -> None:
+    async def _unmade(self, new: new_runs.NewRun, reserved: int, worker_id: str | None) -> None:
         if worker_id is not None and self._handoff is not None:
             self._handoff.give_back()
         await self._release(new, reserved)
 
     def _validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None
-    ) -> run_records.NewRun:
+    ) -> new_runs.NewRun:
         tier = self._settings.tier(who.tier)
         self._check_content(req.content)
         model = self._check_model(who.tier, tier, req.model)
-        return run_records.NewRun(
+        return new_runs.NewRun(
             user_id=who.user_id,
             chat_id=chat_id,
             content=req.content,
@@ -228,7 +246,7 @@ class Submitter:
             )
         return asked or min(self._settings.default_max_tokens, tier.max_output_tokens)
 
-    async def _existing(self, new: run_records.NewRun) -> Run | None:
+    async def _existing(self, new: new_runs.NewRun) -> Run | None:
         assert new.idempotency_key is not None
         since = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
         async with self._db.transaction() as s:
@@ -245,15 +263,15 @@ class Submitter:
             )
         return run
 
-    async def _persist(self, new: run_records.NewRun) -> tuple[Run, bool]:
+    async def _persist(self, new: new_runs.NewRun) -> tuple[Run, bool]:
         """The new run (True), or the run that won a same-key race (False)."""
         for _ in range(2):
             try:
                 async with self._db.transaction() as s:
                     if new.chat_id is not None:
                         await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
-                    return await run_records.create_run(s, new), True
-            except run_records.DuplicateIdempotencyKey:
+                    return await new_runs.create_run(s, new), True
+            except new_runs.DuplicateIdempotencyKey:
                 existing = await self._existing(new)
                 if existing is not None:
                     return existing, False
@@ -277,7 +295,7 @@ class Submitter:
             raise
         return run
 
-    async def _release(self, new: run_records.NewRun, reserved: int) -> None:
+    async def _release(self, new: new_runs.NewRun, reserved: int) -> None:
         """Give back the reservation of a run that was not made, even while cancelled."""
         with anyio.CancelScope(shield=True):
             await self._budget.release(new.user_id, new.tier, reserved)

@@ -10,122 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, is_id, new_id, utcnow
+from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, utcnow
 from parley.errors import NotFound, no_such
-from parley.store import chats
 from parley.store.schema import Message, Run
 
 HISTORY_LIMIT = 200
 
 
-@dataclass(frozen=True, slots=True)
-class NewRun:
-    """A run to make: a chat's (``chat_id`` and the new message's ``content``) or a
-    program's (``input``: its own messages and parameters, as ``runs/inputs.py`` writes)."""
-
-    user_id: str
-    chat_id: str | None
-    content: str
-    model: str
-    tier: str
-    priority: int
-    max_tokens: int
-    temperature: float | None
-    idempotency_key: str | None
-    request_hash: str | None
-    reserved_tokens: int | None = None
-    source: RunSource = RunSource.CHAT
-    input: str | None = None
-    # made already claimed by this worker (a hand-off in one process), under ``lease``
-    claimed_by: str | None = None
-    lease: timedelta | None = None
-    traceparent: str | None = None  # W3C trace context of the request that made the run
-
-
-class DuplicateIdempotencyKey(Exception):
-    """Another request with this idempotency key won the race."""
-
-
 def run_not_found(run_id: str) -> NotFound:
     return no_such("run", run_id, code="run_not_found", param="run_id")
-
-
-async def create_run(s: AsyncSession, new: NewRun) -> Run:
-    """The queued run, in the caller's transaction; for a chat's run, with the user message
-    and the assistant placeholder it writes."""
-    now = utcnow()
-    run_id = new_id("run")
-    user_msg = assistant = None
-    if new.chat_id is not None:
-        user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
-        assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
-    run = Run(
-        id=run_id,
-        user_id=new.user_id,
-        chat_id=new.chat_id,
-        user_message_id=user_msg.id if user_msg else None,
-        assistant_message_id=assistant.id if assistant else None,
-        source=new.source,
-        input=new.input,
-        **_claimed_at_birth(new, now),
-        model=new.model,
-        tier=new.tier,
-        priority=new.priority,
-        max_tokens=new.max_tokens,
-        temperature=new.temperature,
-        idempotency_key=new.idempotency_key,
-        request_hash=new.request_hash,
-        reserved_tokens=new.reserved_tokens,
-        traceparent=new.traceparent,
-        created_at=now,
-    )
-    s.add(run)
-    try:
-        await s.flush()
-    except IntegrityError as e:  # the only unique key a new run can collide on
-        raise DuplicateIdempotencyKey from e
-    return run
-
-
-def _claimed_at_birth(new: NewRun, now: datetime) -> dict[str, object]:
-    """A new run's state: queued, or running under the worker it was made for (its first
-    attempt, as a claim would leave it)."""
-    if new.claimed_by is None:
-        return {"status": RunStatus.QUEUED, "attempts": 0}
-    assert new.lease is not None
-    return {
-        "status": RunStatus.RUNNING,
-        "worker_id": new.claimed_by,
-        "lease_expires_at": now + new.lease,
-        "started_at": now,
-        "attempts": 1,
-    }
-
-
-async def _add_message(
-    s: AsyncSession, new: NewRun, run_id: str, role: MessageRole, now: datetime
-) -> Message:
-    """The run's user message (its content, completed) or its assistant placeholder."""
-    assert new.chat_id is not None
-    user = role is MessageRole.USER
-    return await chats.add_message(
-        s,
-        Message(
-            id=chats.new_message_id(),
-            user_id=new.user_id,
-            chat_id=new.chat_id,
-            role=role,
-            content=new.content if user else "",
-            status=MessageStatus.COMPLETED if user else MessageStatus.IN_PROGRESS,
-            run_id=run_id,
-            model=None if user else new.model,
-            created_at=now,
-            updated_at=now,
-        ),
-    )
 
 
 async def get_run(s: AsyncSession, *, user_id: str, run_id: str) -> Run:

@@ -1,0 +1,150 @@
+"""Making a run: a chat's (with its user message and the assistant placeholder), a program's
+(the run alone, its messages on the row), or a program's kept as a new chat; queued, or
+already claimed by the worker it is handed to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id, utcnow
+from parley.store import chats
+from parley.store.schema import Message, Run
+
+
+@dataclass(frozen=True, slots=True)
+class NewChat:
+    """A chat to make with a program's run that asked to be kept (``store``): its title and
+    the conversation before the run's user message, as (role, content) pairs."""
+
+    title: str
+    earlier: list[tuple[MessageRole, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to make: a chat's (``chat_id`` and the new message's ``content``) or a
+    program's (``input``: its own messages and parameters, as ``runs/inputs.py`` writes)."""
+
+    user_id: str
+    chat_id: str | None
+    content: str
+    model: str
+    tier: str
+    priority: int
+    max_tokens: int
+    temperature: float | None
+    idempotency_key: str | None
+    request_hash: str | None
+    reserved_tokens: int | None = None
+    source: RunSource = RunSource.CHAT
+    input: str | None = None
+    # made already claimed by this worker (a hand-off in one process), under ``lease``
+    claimed_by: str | None = None
+    lease: timedelta | None = None
+    new_chat: NewChat | None = None  # a program's run kept as a chat
+    traceparent: str | None = None  # W3C trace context of the request that made the run
+
+
+class DuplicateIdempotencyKey(Exception):
+    """Another request with this idempotency key won the race."""
+
+
+async def create_run(s: AsyncSession, new: NewRun) -> Run:
+    """The queued run, in the caller's transaction; for a chat's run, with the user message
+    and the assistant placeholder it writes."""
+    now = utcnow()
+    run_id = new_id("run")
+    if new.new_chat is not None:
+        new = replace(new, chat_id=await _open_chat(s, new, new.new_chat, now))
+    user_msg = assistant = None
+    if new.chat_id is not None:
+        user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
+        assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
+    run = Run(
+        id=run_id,
+        user_id=new.user_id,
+        chat_id=new.chat_id,
+        user_message_id=user_msg.id if user_msg else None,
+        assistant_message_id=assistant.id if assistant else None,
+        source=new.source,
+        input=new.input,
+        **_claimed_at_birth(new, now),
+        model=new.model,
+        tier=new.tier,
+        priority=new.priority,
+        max_tokens=new.max_tokens,
+        temperature=new.temperature,
+        idempotency_key=new.idempotency_key,
+        request_hash=new.request_hash,
+        reserved_tokens=new.reserved_tokens,
+        traceparent=new.traceparent,
+        created_at=now,
+    )
+    s.add(run)
+    try:
+        await s.flush()
+    except IntegrityError as e:  # the only unique key a new run can collide on
+        raise DuplicateIdempotencyKey from e
+    return run
+
+
+async def _open_chat(s: AsyncSession, new: NewRun, chat: NewChat, now: datetime) -> str:
+    """The chat a kept program's run goes into, with the conversation that came before it."""
+    made = await chats.create_chat(s, user_id=new.user_id, title=chat.title)
+    for role, content in chat.earlier:
+        await chats.add_message(
+            s,
+            Message(
+                id=chats.new_message_id(),
+                user_id=new.user_id,
+                chat_id=made.id,
+                role=role,
+                content=content,
+                status=MessageStatus.COMPLETED,
+                created_at=now,
+                updated_at=now,
+            ),
+        )
+    return made.id
+
+
+def _claimed_at_birth(new: NewRun, now: datetime) -> dict[str, object]:
+    """A new run's state: queued, or running under the worker it was made for (its first
+    attempt, as a claim would leave it)."""
+    if new.claimed_by is None:
+        return {"status": RunStatus.QUEUED, "attempts": 0}
+    assert new.lease is not None
+    return {
+        "status": RunStatus.RUNNING,
+        "worker_id": new.claimed_by,
+        "lease_expires_at": now + new.lease,
+        "started_at": now,
+        "attempts": 1,
+    }
+
+
+async def _add_message(
+    s: AsyncSession, new: NewRun, run_id: str, role: MessageRole, now: datetime
+) -> Message:
+    """The run's user message (its content, completed) or its assistant placeholder."""
+    assert new.chat_id is not None
+    user = role is MessageRole.USER
+    return await chats.add_message(
+        s,
+        Message(
+            id=chats.new_message_id(),
+            user_id=new.user_id,
+            chat_id=new.chat_id,
+            role=role,
+            content=new.content if user else "",
+            status=MessageStatus.COMPLETED if user else MessageStatus.IN_PROGRESS,
+            run_id=run_id,
+            model=None if user else new.model,
+            created_at=now,
+            updated_at=now,
+        ),
+    )
