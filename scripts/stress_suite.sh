@@ -19,7 +19,8 @@ for i in $(seq "$runs"); do
   set +e
   PARLEY_TEST_POSTGRES_URL=${url/postgresql:/postgresql+asyncpg:} \
     PARLEY_TEST_CHROMIUM=${PARLEY_TEST_CHROMIUM:-/usr/bin/chromium} \
-    .venv/bin/pytest -q -p no:cacheprovider -n "${WORKERS:-3}" >"build/stress/run-$i.log" 2>&1
+    .venv/bin/pytest -q -p no:cacheprovider -n "${WORKERS:-3}" --durations=25 \
+    >"build/stress/run-$i.log" 2>&1
   rc=$?
   set -e
   kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null || true
