@@ -144,7 +144,10 @@ def run_settings(stack: tuple[str, str], tmp_path: Path, run_overrides: dict[str
             "output_tokens": 24,
             "slots": 4,
         },
-        "lease_seconds": 2,
+        # long enough that a loaded machine's stalls (renewal is every third of it) never
+        # cost a run its lease; tests of a lapsing lease set a short one of their own (a
+        # 2 s lease lost a run of test_tracing in a stressed run at load 7)
+        "lease_seconds": 6,
         "sweep_interval_seconds": 0.3,
         "ping_interval_seconds": 1,
     }

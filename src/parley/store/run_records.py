@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, utcnow
@@ -205,22 +205,25 @@ async def finish(
         conditions.append(Run.worker_id == worker_id)
     if lease_expired:
         conditions.append(Run.lease_expires_at < now)
-    result = await s.execute(update(Run).where(*conditions).values(_ended(outcome, now)))
-    if not getattr(result, "rowcount", 0):
-        return None
-    run = await s.scalar(
-        select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+    # the reservation as it stands, the row locked (Postgres) until this transaction ends;
+    # the guarded UPDATE then clears it, so whoever's update wins takes it, once
+    reserved = await s.scalar(
+        select(Run.reserved_tokens).where(Run.id == run_id).with_for_update()
     )
-    assert run is not None
-    await _store_answer(s, run, outcome, now)
-    return Finished(run, await take_reservation(s, run_id=run_id))
+    run: Run | None = await s.scalar(
+        update(Run).where(*conditions).values(_ended(outcome, now)).returning(Run),
+        execution_options={"populate_existing": True},
+    )
+    if run is None:
+        return None
+    await _store_message(s, run, outcome, now)
+    return Finished(run, reserved)
 
 
-async def _store_answer(s: AsyncSession, run: Run, outcome: Outcome, now: datetime) -> None:
-    """The answer goes to the run's assistant message, or onto the run when it has none."""
+async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datetime) -> None:
+    """The answer goes to the run's assistant message (the run row kept it when it has
+    none: ``_ended``)."""
     if run.assistant_message_id is None:
-        await s.execute(update(Run).where(Run.id == run.id).values(output=outcome.content))
-        run.output = outcome.content
         return
     await s.execute(
         update(Message)
@@ -235,8 +238,11 @@ async def _store_answer(s: AsyncSession, run: Run, outcome: Outcome, now: dateti
 
 
 def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
-    """The run's columns once it ended with ``outcome``."""
+    """The run's columns once it ended with ``outcome``: its reservation taken, and its
+    answer kept on the row when it has no assistant message to hold it."""
     return {
+        "reserved_tokens": None,
+        "output": case((Run.assistant_message_id.is_(None), outcome.content), else_=None),
         "status": outcome.status,
         "prompt_tokens": outcome.prompt_tokens,
         "completion_tokens": outcome.completion_tokens,
