@@ -207,9 +207,7 @@ async def finish(
         conditions.append(Run.lease_expires_at < now)
     # the reservation as it stands, the row locked (Postgres) until this transaction ends;
     # the guarded UPDATE then clears it, so whoever's update wins takes it, once
-    reserved = await s.scalar(
-        select(Run.reserved_tokens).where(Run.id == run_id).with_for_update()
-    )
+    reserved = await s.scalar(select(Run.reserved_tokens).where(Run.id == run_id).with_for_update())
     run: Run | None = await s.scalar(
         update(Run).where(*conditions).values(_ended(outcome, now)).returning(Run),
         execution_options={"populate_existing": True},
