@@ -226,13 +226,16 @@ async def test_a_run_the_sweeper_fails_is_settled_once(
     chat_id = await new_chat(run_client, auth)
     accepted = await send_json(run_client, auth, chat_id, "hi", max_tokens=100)
     run_id = accepted["run_id"]
+    # the reservation is held (checked before the ghost's short lease can lapse: once it
+    # has, the sweeper may settle the run at any moment, however loaded the machine)
+    assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - estimate("hi", 100)
+    # what the ghost streamed, there before its lease can lapse
+    await run_services.bus.append(run_id, delta_event("partial ", 1))
+    await run_services.bus.append(run_id, delta_event("text", 1))
     async with run_services.db.transaction() as s:
         assert await run_store.claim(
             s, run_id=run_id, worker_id="ghost", lease=timedelta(seconds=0.5)
         )
-    await run_services.bus.append(run_id, delta_event("partial ", 1))
-    await run_services.bus.append(run_id, delta_event("text", 1))
-    assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - estimate("hi", 100)
     done = await follow(run_client, auth, run_id)
     assert done.data["status"] == "failed"
     assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - 2
