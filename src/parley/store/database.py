@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from parley.store import sqlite
+
 
 class Database:
     """SQLite transactions are serialised in-process and begin IMMEDIATE: SQLite has one
@@ -64,9 +66,10 @@ def _create_engine(url: str, *, echo: bool, pool_size: int) -> AsyncEngine:
         return create_async_engine(
             url, echo=echo, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size
         )
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+    database = parsed.database or ":memory:"
+    if database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, echo=echo, async_creator=sqlite.connector(database))
     event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
     return engine
