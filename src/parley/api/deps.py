@@ -31,7 +31,7 @@ cookie_scheme = APIKeyCookie(
 )
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
     svc: Services = request.app.state.services
     return svc
 
@@ -85,7 +85,7 @@ PrincipalDep = Annotated[Principal, Depends(principal)]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def client_address(request: Request, svc: ServicesDep) -> str | None:
+async def client_address(request: Request, svc: ServicesDep) -> str | None:
     """The address of the client (what throttles count by). ``X-Forwarded-For`` is believed
     only from a peer in ``trusted_proxies``, and then only up to the nearest address that
     is no trusted proxy: everything left of it is whatever the client chose to send."""
@@ -135,7 +135,7 @@ async def session_principal(who: PrincipalDep) -> Principal:
 SessionPrincipalDep = Annotated[Principal, Depends(session_principal)]
 
 
-def page_limit(
+async def page_limit(
     svc: ServicesDep,
     limit: Annotated[
         int | None, Query(ge=1, description="Page size; capped at the server's maximum.")
