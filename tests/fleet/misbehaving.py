@@ -17,8 +17,9 @@ Modes (``POST /v1/chat/completions``):
   chunk, then a usage chunk (prompt 21, completion 7) and ``[DONE]``;
 * ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``.
 
-``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests
-and the Authorization and ``traceparent`` headers of the last one.
+``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests,
+the client port of each (one port per connection) and the Authorization and ``traceparent``
+headers of the last one.
 """
 
 from __future__ import annotations
@@ -86,7 +87,13 @@ async def no_usage() -> AsyncIterator[bytes]:
 
 
 def app(mode: str) -> Starlette:
-    count: dict[str, object] = {"requests": 0, "authorization": None, "traceparent": None}
+    count: dict[str, object] = {
+        "requests": 0,
+        "authorization": None,
+        "traceparent": None,
+        "client_ports": [],  # one per chat request: a new port is a new connection
+    }
+    ports: list[int] = []
 
     async def stream() -> AsyncIterator[bytes]:
         yield _chunk(FIRST)
@@ -102,6 +109,8 @@ def app(mode: str) -> Starlette:
         count["requests"] = int(str(count["requests"])) + 1
         count["authorization"] = request.headers.get("authorization")
         count["traceparent"] = request.headers.get("traceparent")
+        ports.append(request.client.port if request.client else 0)
+        count["client_ports"] = ports
         await request.body()
         if mode == "error500":
             return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)

@@ -102,6 +102,10 @@ class Misbehaving:
     def requests(self) -> int:
         return int(httpx.get(f"{self.base}/count", timeout=5).json()["requests"])
 
+    def client_ports(self) -> list[int]:
+        """The client port of each chat request: a new port is a new connection."""
+        return [int(p) for p in httpx.get(f"{self.base}/count", timeout=5).json()["client_ports"]]
+
     def authorization(self) -> str | None:
         said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["authorization"]
         return said

@@ -119,3 +119,21 @@ async def test_a_real_servers_quirks_are_read_past(
         assert run["usage"]["prompt_tokens"] > 0
     assert run["usage"]["completion_tokens"] == completion
     assert [e.event for e in evs if e.event in ("error", "done")] == ["done"]
+
+
+async def test_whole_answers_give_their_connection_back_for_the_next(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    """Each answer read to its end returns its keep-alive connection to the pool (it once
+    stayed "in use" for ever: a new connection, and a leaked socket, per request)."""
+    server = misbehaving("quirky")
+    async with fleet([server.url]) as front:
+        r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+        chat_id = r.json()["id"]
+        for _ in range(3):
+            sent = await send_json(front.client, front.auth, chat_id)
+            run = await wait_run(front.client, front.auth, sent["run_id"])
+            assert run["status"] == "completed", run
+    ports = server.client_ports()
+    assert len(ports) == 3
+    assert len(set(ports)) == 1, f"a connection per request: client ports {ports}"
