@@ -120,11 +120,12 @@ def run_error(code: str, message: str) -> ParleyError:
     return ParleyError(message, code=code)
 
 
-async def collect(entries: AsyncIterator[StreamEntry]) -> Answer:
+async def collect(batches: AsyncIterator[list[StreamEntry]]) -> Answer:
     answer = Answer()
-    async for entry in entries:
-        if answer.take(entry):
-            break
+    async for batch in batches:
+        for entry in batch:
+            if answer.take(entry):
+                return answer
     return answer
 
 

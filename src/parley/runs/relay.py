@@ -46,13 +46,14 @@ class Relay:
         run's events as SSE frames.
 
         ``owned``: the caller has just made or read this run for this user."""
-        entries = await self.entries(who, run_id, last_event_id, owned=owned)
-        return _frames(entries)
+        return _frames(await self.batches(who, run_id, last_event_id, owned=owned))
 
-    async def entries(
+    async def batches(
         self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
-    ) -> AsyncIterator[StreamEntry]:
-        """As ``open``, the run's stream entries themselves (``PING`` after each quiet interval)."""
+    ) -> AsyncIterator[list[StreamEntry]]:
+        """As ``open``, the run's stream entries themselves, as many at once as one read of
+        the bus gave (``[PING]`` after each quiet interval): a relay writes each batch to
+        its client in one piece, not an event at a time."""
         after = resume_after(last_event_id)
         ended = False
         if not owned:
@@ -79,7 +80,7 @@ class Relay:
 
     async def _relay(
         self, who: Principal, run_id: str, after: str | None, slot: str, *, ended: bool
-    ) -> AsyncIterator[StreamEntry]:
+    ) -> AsyncIterator[list[StreamEntry]]:
         """Entries after ``after`` until ``done``, and ``PING`` after each quiet interval.
         With nothing (more) to read, a run that has ended answers from the store and closes:
         its stream is gone, or the client's id lies past its end (``resumed``); an ended
@@ -92,20 +93,19 @@ class Relay:
             while True:
                 entries = await self._bus.read(run_id, after, timeout=wait)
                 wait = self._settings.ping_interval_seconds
-                for entry in entries:
-                    yield entry
-                    after = entry.id
-                    if entry.event.kind is EventKind.DONE:
-                        return
                 if entries:
+                    batch = _to_done(entries)
+                    yield batch
+                    if len(batch) < len(entries) or batch[-1].event.kind is EventKind.DONE:
+                        return
+                    after = batch[-1].id
                     continue
                 if resumed or not await self._bus.stream_exists(run_id):
                     stored = await self._stored(who, run_id)
                     if stored is not None:
-                        for entry in stored:
-                            yield entry
+                        yield stored
                         return
-                yield PING
+                yield [PING]
                 await self._hold(who, slot)  # refresh the slot this stream holds
         finally:
             # the client is gone and this task is being cancelled: give the slot back anyway
@@ -128,10 +128,18 @@ class Relay:
         ]
 
 
-async def _frames(entries: AsyncIterator[StreamEntry]) -> AsyncIterator[str]:
-    """Entries as SSE frames; a ping as an SSE comment."""
-    async for entry in entries:
-        yield sse_ping() if entry is PING else sse_frame(entry)
+def _to_done(entries: list[StreamEntry]) -> list[StreamEntry]:
+    """The entries up to and with the first ``done`` (all of them if there is none)."""
+    for i, entry in enumerate(entries):
+        if entry.event.kind is EventKind.DONE:
+            return entries[: i + 1]
+    return entries
+
+
+async def _frames(batches: AsyncIterator[list[StreamEntry]]) -> AsyncIterator[str]:
+    """Each batch of entries as SSE frames in one piece; a ping as an SSE comment."""
+    async for batch in batches:
+        yield "".join(sse_ping() if entry is PING else sse_frame(entry) for entry in batch)
 
 
 def resume_after(last_event_id: str | None) -> str | None:

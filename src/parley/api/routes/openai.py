@@ -80,17 +80,17 @@ async def chat_completions(
     `data: [DONE]` (`stream: true`), or whole. Closing the connection first cancels it."""
     run = await _submit(svc, who, body, idempotency_key)  # refusals get their headers at the edge
     headers = {**await _rate_headers(svc, who), RUN_ID_HEADER: run.id}
-    entries = await svc.relay.entries(who, run.id, None, owned=True)
+    batches = await svc.relay.batches(who, run.id, None, owned=True)
     stop = _stopper(svc, who, run.id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         writer = ChunkWriter(run.id, run.model, include_usage=include_usage)
         return StreamingResponse(
-            _chunks(entries, writer, stop),
+            _chunks(batches, writer, stop),
             media_type="text/event-stream",
             headers={**_STREAM_HEADERS, **headers},
         )
-    answer = await _whole(request, entries, stop)
+    answer = await _whole(request, batches, stop)
     if answer.error is not None:
         answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
         raise answer.error
@@ -128,33 +128,58 @@ def _stopper(svc: Services, who: Principal, run_id: str) -> Stopper:
 
 
 async def _chunks(
-    entries: AsyncIterator[StreamEntry], writer: ChunkWriter, stop: Stopper
+    batches: AsyncIterator[list[StreamEntry]], writer: ChunkWriter, stop: Stopper
 ) -> AsyncIterator[bytes]:
-    """The run's stream as chunks; a client that leaves before ``done`` cancels the run."""
+    """The run's stream as chunks, each batch the bus gave written in one piece (its texts
+    in one chunk); a client that leaves before ``done`` cancels the run."""
     answer = Answer()
     done = False
     try:
         yield writer.role()
-        async for entry in entries:
-            failed = answer.error
-            done = answer.take(entry)
+        async for batch in batches:
+            out, done = _written(batch, answer, writer)
+            if out:
+                yield out
             if done:
-                yield writer.end(answer) if answer.error is None else sse_data(DONE)
                 return
-            if entry is PING:
-                yield b": ping\n\n"
-            elif answer.error is not None and failed is None:
-                yield writer.error(answer.error)
-            elif entry.event.data.get("text"):
-                yield writer.content(entry.event.data["text"])
     finally:
         if not done:
             await stop()
 
 
-async def _whole(request: Request, entries: AsyncIterator[StreamEntry], stop: Stopper) -> Answer:
+def _written(batch: list[StreamEntry], answer: Answer, writer: ChunkWriter) -> tuple[bytes, bool]:
+    """One batch of entries as SSE bytes, and whether it held the run's ``done``."""
+    out: list[bytes] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append(writer.content("".join(texts)))
+            texts.clear()
+
+    for entry in batch:
+        if entry is PING:
+            out.append(b": ping\n\n")
+            continue
+        failed = answer.error
+        if answer.take(entry):
+            flush()
+            out.append(writer.end(answer) if answer.error is None else sse_data(DONE))
+            return b"".join(out), True
+        if answer.error is not None and failed is None:
+            flush()
+            out.append(writer.error(answer.error))
+        elif text := entry.event.data.get("text"):
+            texts.append(text)
+    flush()
+    return b"".join(out), False
+
+
+async def _whole(
+    request: Request, batches: AsyncIterator[list[StreamEntry]], stop: Stopper
+) -> Answer:
     """The run read to its end; if the client leaves first, the run is cancelled."""
-    reading = asyncio.ensure_future(collect(entries))
+    reading = asyncio.ensure_future(collect(batches))
     leaving = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({reading, leaving}, return_when=asyncio.FIRST_COMPLETED)
