@@ -18,6 +18,7 @@ from openai.types.chat import (
 )
 
 from parley.engines.fake import FAKE_MODEL, FakeEngine
+from parley.engines.interface import ChatMessage
 from parley.services import Services
 from tests.helpers import bearer, signup
 from tests.runs.helpers import wait_run
@@ -194,6 +195,27 @@ async def test_closing_a_stream_frees_the_engine_slot_within_a_second(
     run = await wait_run(run_client, bearer(api_key), run_id)
     assert run["status"] == "cancelled"
     assert 3 <= run["usage"]["completion_tokens"] < 400
+
+
+async def test_a_running_program_run_has_its_prompt_counted(
+    oai: openai.AsyncOpenAI, run_services: Services, run_client: httpx.AsyncClient, api_key: str
+) -> None:
+    """A worker lost mid-answer is charged prompt + completion: the prompt's length is on
+    the run while it runs (a run handed to this process's worker gets it at birth)."""
+    engine = run_services.engine
+    assert isinstance(engine, FakeEngine)
+    engine.config = replace(engine.config, inter_token_latency=0.05, output_tokens=400)
+    stream = await oai.chat.completions.create(
+        model=FAKE_MODEL, messages=[SYSTEM, HELLO], stream=True
+    )
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    run = (await run_client.get(f"/api/runs/{_run_id(chunk.id)}", headers=bearer(api_key))).json()
+    await stream.close()
+    assert run["status"] == "running"
+    expected = engine.count_prompt_tokens(FAKE_MODEL, [ChatMessage(**m) for m in (SYSTEM, HELLO)])
+    assert run["usage"]["prompt_tokens"] == expected
 
 
 async def test_store_keeps_the_conversation_as_a_chat(

@@ -22,6 +22,7 @@ from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.domain import MessageRole, RunSource, RunStatus, utcnow
+from parley.engines.interface import ChatMessage
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
@@ -63,6 +64,9 @@ class Handoff(Protocol):
 
     def start(self, run: Run) -> None:
         """Generate the run made claimed (``run.worker_id``, attempt 1) in the slot taken."""
+
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        """The prompt's length as the worker's engine counts it."""
 
 
 class Submitter:
@@ -155,6 +159,8 @@ class Submitter:
                 raise
             return existing
         worker_id = self._handoff.take() if self._handoff and not queued else None
+        if worker_id is not None:
+            new = self._counted(new)
         try:
             run, created = await self._persist(
                 replace(new, reserved_tokens=reserved, claimed_by=worker_id, lease=self._lease)
@@ -168,6 +174,14 @@ class Submitter:
             await self._unmade(new, reserved, worker_id)
             return run
         return await self._start(run, worker_id)
+
+    def _counted(self, new: new_runs.NewRun) -> new_runs.NewRun:
+        """A program's run handed off carries its prompt's length from birth (as a claim
+        would store it, for whoever ends the run to charge), and the worker writes none."""
+        if new.input is None or self._handoff is None:
+            return new  # a chat's prompt is its history, which the worker reads
+        messages = RunInput.from_json(new.input).messages
+        return replace(new, prompt_tokens=self._handoff.count_prompt_tokens(new.model, messages))
 
     async def _start(self, run: Run, worker_id: str | None) -> Run:
         """A run claimed at birth goes straight to this process's worker; else to the queue."""

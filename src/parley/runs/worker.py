@@ -143,6 +143,9 @@ class Worker:
         self._slots._value -= 1  # what acquire() does when a slot is free, without awaiting
         return self.worker_id
 
+    def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
+        return self._engine.count_prompt_tokens(model, messages)
+
     def give_back(self) -> None:
         self._slots.release()
 
@@ -157,12 +160,16 @@ class Worker:
         with logs.bind(run_id=run.id, user_id=run.user_id, trace_id=trace_id):
             try:
                 request = await self._request_of(run)
-                # the prompt's length is stored beside the generation, not before it: the
-                # first token does not wait for a write only a lost worker's charge needs
-                counted = asyncio.create_task(self._store_prompt_tokens(run, request))
+                # a chat's prompt length is stored beside the generation, not before it: the
+                # first token does not wait for a write only a lost worker's charge needs (a
+                # program's run was made with it)
+                counted = None
+                if run.prompt_tokens is None:
+                    counted = asyncio.create_task(self._store_prompt_tokens(run, request))
                 with tracing.executing(run):
                     await self._generate(run, request)
-                await counted
+                if counted is not None:
+                    await counted
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -47,6 +47,7 @@ class NewRun:
     lease: timedelta | None = None
     new_chat: NewChat | None = None  # a program's run kept as a chat
     traceparent: str | None = None  # W3C trace context of the request that made the run
+    prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -82,6 +83,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         request_hash=new.request_hash,
         reserved_tokens=new.reserved_tokens,
         traceparent=new.traceparent,
+        prompt_tokens=new.prompt_tokens,
         created_at=now,
     )
     s.add(run)
