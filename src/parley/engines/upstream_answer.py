@@ -196,10 +196,18 @@ def _joined(texts: list[str], tokens: int) -> Delta | None:
 
 
 async def pump_lines(response: httpx.Response, lines: asyncio.Queue[Item]) -> None:
-    """Move the response's lines onto the queue, then its end (or what broke it)."""
+    """Move the response's lines onto the queue, then its end (or what broke it). Lines
+    are split here, on the bytes (httpx's ``aiter_lines`` is three more generators a chunk,
+    and a chunk is a token); a line is decoded once whole, so no character is cut."""
     try:
-        async for line in response.aiter_lines():
-            lines.put_nowait(line)
+        rest = b""
+        async for piece in response.aiter_bytes():
+            parts = (rest + piece).splitlines(keepends=True)
+            rest = parts.pop() if parts and not parts[-1].endswith((b"\n", b"\r")) else b""
+            for part in parts:
+                lines.put_nowait(part.rstrip(b"\r\n").decode("utf-8", "replace"))
+        if rest:
+            lines.put_nowait(rest.decode("utf-8", "replace"))
     except asyncio.CancelledError:
         raise
     except Exception as e:  # httpx.HTTPError, or a decoding error of a broken body
