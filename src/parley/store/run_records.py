@@ -6,10 +6,11 @@ workers and the sweepers can race on a run and exactly one of them wins.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, select, update
+from sqlalchemy import Update, bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, utcnow
@@ -200,22 +201,63 @@ async def finish(
     """
     assert outcome.status.is_terminal
     now = utcnow()
-    conditions = [Run.id == run_id, Run.status == from_status]
-    if worker_id is not None:
-        conditions.append(Run.worker_id == worker_id)
-    if lease_expired:
-        conditions.append(Run.lease_expires_at < now)
     # the reservation as it stands, the row locked (Postgres) until this transaction ends;
     # the guarded UPDATE then clears it, so whoever's update wins takes it, once
-    reserved = await s.scalar(select(Run.reserved_tokens).where(Run.id == run_id).with_for_update())
+    reserved = await s.scalar(_RESERVED, {"p_id": run_id})
+    params = {
+        "p_id": run_id,
+        "p_from": from_status,
+        "p_worker": worker_id,
+        "p_now": now,
+        **_ended(outcome, now),
+    }
     run: Run | None = await s.scalar(
-        update(Run).where(*conditions).values(_ended(outcome, now)).returning(Run),
-        execution_options={"populate_existing": True},
+        _finishing(worker_id is not None, lease_expired), params, execution_options=_RETURNED
     )
     if run is None:
         return None
     await _store_message(s, run, outcome, now)
     return Finished(run, reserved)
+
+
+# the hot path's statements, built once (building and keying them cost more than SQLite's
+# own work); what varies is bound at each execution
+_RESERVED = select(Run.reserved_tokens).where(Run.id == bindparam("p_id")).with_for_update()
+_RETURNED = {"populate_existing": True, "synchronize_session": False}
+
+
+@functools.cache
+def _finishing(by_worker: bool, lease_expired: bool) -> Update:
+    """The guarded UPDATE to a terminal state: from ``p_from``; held by ``p_worker``
+    (``by_worker``); with its lease lapsed before ``p_now`` (``lease_expired``)."""
+    conditions = [Run.id == bindparam("p_id"), Run.status == bindparam("p_from")]
+    if by_worker:
+        conditions.append(Run.worker_id == bindparam("p_worker"))
+    if lease_expired:
+        conditions.append(Run.lease_expires_at < bindparam("p_now"))
+    kept = bindparam("p_content", type_=Run.output.type)
+    return (
+        update(Run)
+        .where(*conditions)
+        .values(
+            reserved_tokens=None,
+            output=case((Run.assistant_message_id.is_(None), kept), else_=None),
+            lease_expires_at=None,
+            **{c: bindparam(f"p_{c}", type_=Run.__table__.c[c].type) for c in _ENDED_COLUMNS},
+        )
+        .returning(Run)
+    )
+
+
+_ENDED_COLUMNS = (
+    "status",
+    "prompt_tokens",
+    "completion_tokens",
+    "finish_reason",
+    "error_code",
+    "error_message",
+    "finished_at",
+)
 
 
 async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datetime) -> None:
@@ -236,19 +278,18 @@ async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datet
 
 
 def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
-    """The run's columns once it ended with ``outcome``: its reservation taken, and its
-    answer kept on the row when it has no assistant message to hold it."""
+    """The bound values of ``_finishing``: the run's columns once it ended with
+    ``outcome``; its answer (``p_content``) kept on the row when it has no assistant
+    message to hold it."""
     return {
-        "reserved_tokens": None,
-        "output": case((Run.assistant_message_id.is_(None), outcome.content), else_=None),
-        "status": outcome.status,
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens,
-        "finish_reason": outcome.finish_reason,
-        "error_code": outcome.error_code,
-        "error_message": outcome.error_message,
-        "lease_expires_at": None,
-        "finished_at": now,
+        "p_content": outcome.content,
+        "p_status": outcome.status,
+        "p_prompt_tokens": outcome.prompt_tokens,
+        "p_completion_tokens": outcome.completion_tokens,
+        "p_finish_reason": outcome.finish_reason,
+        "p_error_code": outcome.error_code,
+        "p_error_message": outcome.error_message,
+        "p_finished_at": now,
     }
 
 
