@@ -2,8 +2,9 @@
 
 Each run's stream is a list of (seq, kind, JSON data); entry ids are ``<seq>-0``, so they
 look like (and order like) the Redis bus's ids. A stream expires ``stream_ttl_seconds``
-after its last append; an expired stream is dropped when looked at, and an append sweeps
-them all whenever the number of streams is a multiple of 64.
+after its last append; an expired stream is dropped when looked at, and a new stream sweeps
+them all whenever the number of streams reaches a multiple of 64 (not every append: with
+64 × k streams alive, every token of every answer swept them all).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _StreamOps(_MemoryOps):
         stream = self._live_stream(run_id)
         if stream is None:
             stream = self._streams[run_id] = _Stream()
+            self._expire_some()
         seq = stream.next_seq
         stream.next_seq += 1
         stream.entries.append((seq, event.kind.value, json.dumps(event.data)))
@@ -50,7 +52,6 @@ class _StreamOps(_MemoryOps):
         stream.expires_at = self._clock() + self.limits.stream_ttl_seconds
         stream.changed.set()
         stream.changed = asyncio.Event()
-        self._expire_some()
         return f"{seq}-0"
 
     async def read(
