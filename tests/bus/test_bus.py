@@ -224,6 +224,19 @@ async def test_reading_a_stream_that_does_not_exist_yet_sees_its_first_event(bus
     assert [e.event.data for e in got] == [{"status": "queued"}]
 
 
+async def test_every_new_stream_keeps_its_events_however_many_there_are(bus: Bus) -> None:
+    """Making streams sweeps the expired ones now and then (in-process: whenever their
+    number reaches a multiple of 64); a stream made as a sweep runs is kept all the same."""
+    runs = [f"many-{i}" for i in range(200)]
+    for run_id in runs:
+        await bus.append(run_id, RunEvent(EventKind.STATUS, {"status": "queued"}))
+    for run_id in runs:
+        await bus.append(run_id, RunEvent(EventKind.DELTA, {"text": run_id}))
+    for run_id in runs:
+        got = await bus.read(run_id, None, timeout=0)
+        assert [e.event.kind for e in got] == [EventKind.STATUS, EventKind.DELTA], run_id
+
+
 async def test_streams_expire(bus_kind: str) -> None:
     bus = await make_bus(bus_kind, BusLimits(stream_ttl_seconds=1))
     try:

@@ -4,7 +4,7 @@ Each run's stream is a list of (seq, kind, JSON data); entry ids are ``<seq>-0``
 look like (and order like) the Redis bus's ids. A stream expires ``stream_ttl_seconds``
 after its last append; an expired stream is dropped when looked at, and a new stream sweeps
 them all whenever the number of streams reaches a multiple of 64 (not every append: with
-64 × k streams alive, every token of every answer swept them all).
+64 x k streams alive, every token of every answer swept them all).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class _StreamOps(_MemoryOps):
             await self.raise_fence(run_id, fence)
         stream = self._live_stream(run_id)
         if stream is None:
+            self._expire_some()  # before the new stream, which has no expiry yet
             stream = self._streams[run_id] = _Stream()
-            self._expire_some()
         seq = stream.next_seq
         stream.next_seq += 1
         stream.entries.append((seq, event.kind.value, json.dumps(event.data)))
