@@ -7,9 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
-from parley.config import default_tiers
 from parley.services import Services
 from parley.store import users
+from parley.tiers import default_tiers
 from tests.helpers import assert_error, bearer, signup, user_headers
 
 # Two models: the fake engine (the default, configured first) and an upstream that nothing

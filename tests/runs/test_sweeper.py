@@ -12,6 +12,7 @@ from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine, FakeEngineConfig
 from parley.runs.worker import Worker
 from parley.services import Services
+from parley.tiers import TierSettings, default_tiers
 from tests.runs.helpers import new_chat, send_json, stored_message, wait_run
 from tests.sse import collect
 from tests.waiting import eventually
@@ -76,3 +77,43 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
         task.cancel()
     assert run_a["status"] == "completed"
     assert (await wait_run(run_client, auth, b["run_id"]))["status"] == "failed"
+
+
+def _tiers_waiting(seconds: float) -> dict[str, TierSettings]:
+    return {
+        name: tier.model_copy(update={"max_queue_wait_seconds": seconds})
+        for name, tier in default_tiers().items()
+    }
+
+
+@pytest.mark.parametrize(
+    "run_overrides", [{"tiers": _tiers_waiting(0.5), "sweep_interval_seconds": 0.1}]
+)
+async def test_a_run_queued_past_its_tiers_wait_limit_is_rejected(
+    run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
+) -> None:
+    """Nothing waits for ever: with no worker to take it, a run ends ``rejected`` once
+    queued past its tier's limit, says why, leaves the queue and gives its tokens back."""
+    worker = run_services.worker
+    assert worker is not None
+    await worker.stop(grace=0)  # this process's worker takes nothing more
+    me = (await run_client.get("/api/me", headers=auth)).json()["user"]
+    full = await run_services.budget.balance(me["id"], me["tier"])
+    chat_id = await new_chat(run_client, auth)
+    sent = await send_json(run_client, auth, chat_id, "anyone there?")
+    assert sent["status"] == "queued"
+    held = await run_services.budget.balance(me["id"], me["tier"])
+    assert held.tokens < full.tokens  # the run holds a reservation while it waits
+    run = await wait_run(run_client, auth, sent["run_id"])
+    assert run["status"] == "rejected"
+    assert run["error"]["code"] == "queue_wait_exceeded"
+    assert "0.5 s" in run["error"]["message"]
+    async with run_client.stream("GET", f"/api/runs/{sent['run_id']}/events", headers=auth) as r:
+        evs = await collect(r)
+    assert [e.event for e in evs][-2:] == ["error", "done"]
+    assert evs[-2].data["code"] == "queue_wait_exceeded"
+    message = await stored_message(run_client, auth, chat_id, sent["message_id"])
+    assert message["status"] == "rejected"
+    assert await run_services.bus.queue_length() == 0
+    back = await run_services.budget.balance(me["id"], me["tier"])
+    assert back.tokens >= full.tokens - 1  # given back (the bucket refills meanwhile too)

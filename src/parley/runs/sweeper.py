@@ -8,6 +8,10 @@ sweepers racing each other, or a worker, change a run at most once.
   streamed yet (up to ``max_run_attempts``), otherwise ``failed`` with its partial text.
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
+- A queued run sent longer ago than its tier's ``max_queue_wait_seconds`` (counted from
+  when it was sent: what its client has waited, a re-queue after a lost worker included)
+  ends ``rejected`` with ``queue_wait_exceeded``, its reservation given back, and leaves the
+  queue: nothing waits for ever.
 - Idempotency keys older than their lifetime are released.
 
 A run failed here ends through the ``Finisher``, as the worker's runs do (its reservation is
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
@@ -64,9 +68,31 @@ class Sweeper:
                 await self._bus.enqueue(QueuedRun(run.id, run.priority))
             except QueueFull:
                 break
+        await self._reject_overdue(now)
         forget_before = now - timedelta(seconds=self._settings.idempotency_ttl_seconds)
         async with self._db.transaction() as s:
             await run_records.forget_idempotency_keys(s, before=forget_before)
+
+    async def _reject_overdue(self, now: datetime) -> None:
+        for name, tier in self._settings.tiers.items():
+            limit = tier.max_queue_wait_seconds
+            async with self._db.transaction() as s:
+                overdue = await run_records.overdue_queued(
+                    s, tier=name, sent_before=now - timedelta(seconds=limit)
+                )
+            for run in overdue:
+                outcome = run_records.Outcome(
+                    RunStatus.REJECTED,
+                    "",
+                    None,
+                    0,
+                    error_code="queue_wait_exceeded",
+                    error_message=f"the service is busy: the run waited over {limit:g} s in "
+                    f"the queue ({name} tier) and was not started; send it again later",
+                )
+                if await self._finisher.finish(run.id, outcome, Guard(RunStatus.QUEUED)):
+                    await self._bus.remove(run.id)
+                    log.warning("run %s queued over %g s (%s tier): rejected", run.id, limit, name)
 
     async def _recover(self, run: Run) -> None:
         # fence the lost attempt out first: from here on its worker, should it wake, can no

@@ -315,6 +315,20 @@ async def expired_leases(s: AsyncSession, *, now: datetime, limit: int = 100) ->
     )
 
 
+async def overdue_queued(
+    s: AsyncSession, *, tier: str, sent_before: datetime, limit: int = 500
+) -> list[Run]:
+    """The tier's runs still queued that were sent before ``sent_before``, oldest first."""
+    return list(
+        await s.scalars(
+            select(Run)
+            .where(Run.status == RunStatus.QUEUED, Run.tier == tier, Run.created_at < sent_before)
+            .order_by(Run.created_at)
+            .limit(limit)
+        )
+    )
+
+
 async def stale_queued(s: AsyncSession, *, older_than: datetime, limit: int = 500) -> list[Run]:
     return list(
         await s.scalars(
