@@ -40,6 +40,9 @@ TERMINAL_RUN_STATUSES = frozenset(
     {RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.REJECTED}
 )
 
+QUEUE_WAIT_EXCEEDED = "queue_wait_exceeded"
+"""The error of a run still queued past its tier's ``max_queue_wait_seconds``."""
+
 
 class RunSource(StrEnum):
     """Who asked for a run: a chat (the web UI, ``/api``) or a program (``/v1``)."""

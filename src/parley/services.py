@@ -118,7 +118,7 @@ def build_services(
         budget=budget,
         finisher=finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
-        submitter=Submitter(db, bus, budget, settings, models),
+        submitter=Submitter(db, bus, budget, settings, models, metrics=metrics),
         relay=Relay(db, bus, settings, metrics=metrics),
         sweeper=Sweeper(db, bus, finisher, settings),
         models=models,

@@ -113,6 +113,9 @@ async def test_counters_and_histograms_move_by_what_the_runs_did(
     assert moved("parley_prompt_tokens_total", **by) == prompt
     inf = {"le": "+Inf", **by}
     assert moved("parley_time_to_first_token_seconds_bucket", **inf) == 3
+    assert moved("parley_runs_admitted_total", **by) == 3
+    assert moved("parley_queue_wait_seconds_count", **by) == 3  # one wait each, as it started
+    assert moved("parley_queue_wait_seconds_bucket", **inf) == 3
 
 
 async def test_a_budget_refusal_is_counted_under_its_tier_and_reason(

@@ -7,6 +7,7 @@ import asyncio
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine, FakeEngineConfig
@@ -117,3 +118,12 @@ async def test_a_run_queued_past_its_tiers_wait_limit_is_rejected(
     assert await run_services.bus.queue_length() == 0
     back = await run_services.budget.balance(me["id"], me["tier"])
     assert back.tokens >= full.tokens - 1  # given back (the bucket refills meanwhile too)
+    # its wait is in the queue wait histogram: over the limit, and never started
+    metrics = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families((await run_client.get("/metrics")).text)
+        for s in family.samples
+    }
+    by = frozenset({"model": run["model"], "tier": me["tier"]}.items())
+    assert metrics[("parley_queue_wait_seconds_count", by)] == 1
+    assert metrics[("parley_queue_wait_seconds_sum", by)] >= 0.5

@@ -42,7 +42,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from parley.bus.interface import Bus
 from parley.config import Settings
-from parley.domain import utcnow
+from parley.domain import QUEUE_WAIT_EXCEEDED, utcnow
 from parley.engines.interface import Delta, Engine
 from parley.engines.registry import configured_models
 from parley.engines.stats import engine_stats, engines_by_model, replica_stats
@@ -56,6 +56,7 @@ UNKNOWN_TIER = "unknown"  # a refusal before anyone was authenticated (sign-up, 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60)
 ITL_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2)
 DURATION_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,8 @@ class _RunMetrics:
     runs: Counter
     prompt_tokens: Counter
     completion_tokens: Counter
+    admitted: Counter
+    queue_wait: Histogram
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,15 @@ def _run_metrics(reg: CollectorRegistry | None) -> _RunMetrics:
         prompt_tokens=Counter("parley_prompt_tokens", "Prompt tokens charged.", by, registry=reg),
         completion_tokens=Counter(
             "parley_completion_tokens", "Completion tokens generated.", by, registry=reg
+        ),
+        admitted=Counter("parley_runs_admitted", "Runs admitted (made).", by, registry=reg),
+        queue_wait=Histogram(
+            "parley_queue_wait_seconds",
+            "From the run's submission to its start; a run rejected for waiting too long, "
+            "to its rejection.",
+            by,
+            registry=reg,
+            buckets=QUEUE_WAIT_BUCKETS,
         ),
     )
 
@@ -219,9 +231,21 @@ class Metrics:
 
     # -- recording
 
+    def run_admitted(self, run: Run) -> None:
+        self._runs.admitted.labels(run.model, run.tier).inc()
+
+    def run_started(self, run: Run) -> None:
+        """The run's wait in the queue, as it starts (no wait for one handed off at birth)."""
+        started = run.started_at or utcnow()
+        wait = max(0.0, (started - run.created_at).total_seconds())
+        self._runs.queue_wait.labels(run.model, run.tier).observe(wait)
+
     def run_ended(self, run: Run) -> None:
         """The finisher's end listener: the run by status, its tokens and its duration."""
         labels = (run.model, run.tier)
+        if run.error_code == QUEUE_WAIT_EXCEEDED and run.finished_at is not None:
+            wait = (run.finished_at - run.created_at).total_seconds()
+            self._runs.queue_wait.labels(*labels).observe(max(0.0, wait))
         self._runs.runs.labels(*labels, run.status.value).inc()
         self._runs.prompt_tokens.labels(*labels).inc(run.prompt_tokens or 0)
         self._runs.completion_tokens.labels(*labels).inc(run.completion_tokens or 0)

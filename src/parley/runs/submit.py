@@ -25,6 +25,7 @@ from parley.domain import MessageRole, RunSource, RunStatus, utcnow
 from parley.engines.interface import ChatMessage
 from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
+from parley.observability.metrics import Metrics
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.runs.inputs import RunInput
@@ -71,8 +72,16 @@ class Handoff(Protocol):
 
 class Submitter:
     def __init__(
-        self, db: Database, bus: Bus, budget: Budget, settings: Settings, models: list[str]
+        self,
+        db: Database,
+        bus: Bus,
+        budget: Budget,
+        settings: Settings,
+        models: list[str],
+        *,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._db = db
         self._bus = bus
         self._budget = budget
@@ -173,6 +182,8 @@ class Submitter:
         if not created:  # another same-key request made it first (and paid for it)
             await self._unmade(new, reserved, worker_id)
             return run
+        if self._metrics is not None:
+            self._metrics.run_admitted(run)
         return await self._start(run, worker_id)
 
     def _counted(self, new: new_runs.NewRun) -> new_runs.NewRun:

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
-from parley.domain import RunStatus, utcnow
+from parley.domain import QUEUE_WAIT_EXCEEDED, RunStatus, utcnow
 from parley.runs.events import status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.store import run_records
@@ -86,7 +86,7 @@ class Sweeper:
                     "",
                     None,
                     0,
-                    error_code="queue_wait_exceeded",
+                    error_code=QUEUE_WAIT_EXCEEDED,
                     error_message=f"the service is busy: the run waited over {limit:g} s in "
                     f"the queue ({name} tier) and was not started; send it again later",
                 )

@@ -205,6 +205,8 @@ class Worker:
     async def _generate(self, run: Run, request: GenerationRequest) -> None:
         progress = Progress()
         self._active[run.id] = progress
+        if self._metrics is not None:
+            self._metrics.run_started(run)
         log.info("run %s started (attempt %d, model %s)", run.id, run.attempts, run.model)
         watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
         try:
