@@ -193,6 +193,14 @@ class Bus(Protocol):
 
     async def close_stream(self, user_id: str, stream_id: str) -> None: ...
 
+    # -- runs in flight per user ------------------------------------------------------------
+
+    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+        """Hold one of the user's ``limit`` run slots for ``run_id`` for ``ttl`` s (a slot the
+        run holds already is refreshed, whatever the limit); False if all are held."""
+
+    async def release_run_slot(self, user_id: str, run_id: str) -> None: ...
+
     # -- per-user token budgets (token buckets) ---------------------------------------------
 
     async def reserve_tokens(

@@ -1,4 +1,5 @@
-"""The in-process bus's per-user stream slots: how many SSE streams a user has open."""
+"""The in-process bus's per-user slots: how many SSE streams a user has open, and how many
+runs a user has in flight (queued or running)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,36 @@ class _SlotOps(_MemoryOps):
     def __init__(self) -> None:
         super().__init__()
         self._slots: dict[str, dict[str, float]] = {}  # user -> stream id -> expiry
+        self._run_slots: dict[str, dict[str, float]] = {}  # user -> run id -> expiry
 
     async def open_stream(self, user_id: str, stream_id: str, *, limit: int, ttl: float) -> bool:
-        now = self._clock()
-        slots = {k: v for k, v in self._slots.get(user_id, {}).items() if v > now}
-        if stream_id not in slots and len(slots) >= limit:
-            self._slots[user_id] = slots
-            return False
-        slots[stream_id] = now + ttl
-        self._slots[user_id] = slots
-        return True
+        return self._hold(self._slots, user_id, stream_id, limit, ttl)
 
     async def close_stream(self, user_id: str, stream_id: str) -> None:
-        slots = self._slots.get(user_id)
-        if slots is not None:
-            slots.pop(stream_id, None)
-            if not slots:
-                del self._slots[user_id]
+        _release(self._slots, user_id, stream_id)
+
+    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+        return self._hold(self._run_slots, user_id, run_id, limit, ttl)
+
+    async def release_run_slot(self, user_id: str, run_id: str) -> None:
+        _release(self._run_slots, user_id, run_id)
+
+    def _hold(
+        self, pool: dict[str, dict[str, float]], user_id: str, key: str, limit: int, ttl: float
+    ) -> bool:
+        now = self._clock()
+        slots = {k: v for k, v in pool.get(user_id, {}).items() if v > now}
+        if key not in slots and len(slots) >= limit:
+            pool[user_id] = slots
+            return False
+        slots[key] = now + ttl
+        pool[user_id] = slots
+        return True
+
+
+def _release(pool: dict[str, dict[str, float]], user_id: str, key: str) -> None:
+    slots = pool.get(user_id)
+    if slots is not None:
+        slots.pop(key, None)
+        if not slots:
+            del pool[user_id]

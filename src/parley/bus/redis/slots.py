@@ -1,14 +1,17 @@
-"""The Redis bus's per-user stream slots: how many SSE streams a user has open.
+"""The Redis bus's per-user slots: how many SSE streams a user has open, and how many runs a
+user has in flight (queued or running).
 
 ``ns:user:{<user_id>}:streams``
     The user's open SSE streams: a sorted set of stream id -> expiry (server ms).
+``ns:user:{<user_id>}:runs``
+    The user's runs in flight: a sorted set of run id -> expiry (server ms).
 """
 
 from __future__ import annotations
 
 from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
 
-# KEYS: the user's slots. ARGV: stream id, limit, ttl ms. Returns 1 if the slot is held.
+# KEYS: the user's slots. ARGV: id, limit, ttl ms. Returns 1 if the slot is held.
 _OPEN_STREAM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -36,3 +39,13 @@ class _SlotOps(_RedisOps):
 
     async def close_stream(self, user_id: str, stream_id: str) -> None:
         await self._redis.zrem(self._slots_key(user_id), stream_id)
+
+    def _run_slots_key(self, user_id: str) -> str:
+        return self._user_key(user_id, "runs")
+
+    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+        args: list[_Arg] = [run_id, limit, _ms(ttl)]
+        return bool(await self._open_stream(keys=[self._run_slots_key(user_id)], args=args))
+
+    async def release_run_slot(self, user_id: str, run_id: str) -> None:
+        await self._redis.zrem(self._run_slots_key(user_id), run_id)
