@@ -132,11 +132,13 @@ class UpstreamEngine:
         """Stop reading. A whole answer's pump is let finish: it is returning the connection
         to the pool, and cancelled there it would leave it in use for ever (one socket
         leaked per request); any other is cancelled, and its connection closed."""
-        if answered and not pump.done():
-            await asyncio.wait({pump}, timeout=self.settings.connect_timeout_seconds)
-        pump.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await pump
+        try:
+            if answered and not pump.done():
+                await asyncio.wait({pump}, timeout=self.settings.connect_timeout_seconds)
+        finally:  # (cancelled while waiting: the pump is not left behind)
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
 
     async def abort(self, request_id: str) -> None:
         state = self._requests.get(request_id)
