@@ -12,7 +12,7 @@ from __future__ import annotations
 from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
 
 # KEYS: the user's slots. ARGV: id, limit, ttl ms. Returns 1 if the slot is held.
-_OPEN_STREAM = """
+_HOLD_SLOT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
@@ -28,24 +28,20 @@ return 1
 
 
 class _SlotOps(_RedisOps):
-    _open_stream = _LuaScript(_OPEN_STREAM)
-
-    def _slots_key(self, user_id: str) -> str:
-        return self._user_key(user_id, "streams")
+    _hold_slot = _LuaScript(_HOLD_SLOT)
 
     async def open_stream(self, user_id: str, stream_id: str, *, limit: int, ttl: float) -> bool:
-        args: list[_Arg] = [stream_id, limit, _ms(ttl)]
-        return bool(await self._open_stream(keys=[self._slots_key(user_id)], args=args))
+        return await self._hold(self._user_key(user_id, "streams"), stream_id, limit, ttl)
 
     async def close_stream(self, user_id: str, stream_id: str) -> None:
-        await self._redis.zrem(self._slots_key(user_id), stream_id)
-
-    def _run_slots_key(self, user_id: str) -> str:
-        return self._user_key(user_id, "runs")
+        await self._redis.zrem(self._user_key(user_id, "streams"), stream_id)
 
     async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
-        args: list[_Arg] = [run_id, limit, _ms(ttl)]
-        return bool(await self._open_stream(keys=[self._run_slots_key(user_id)], args=args))
+        return await self._hold(self._user_key(user_id, "runs"), run_id, limit, ttl)
 
     async def release_run_slot(self, user_id: str, run_id: str) -> None:
-        await self._redis.zrem(self._run_slots_key(user_id), run_id)
+        await self._redis.zrem(self._user_key(user_id, "runs"), run_id)
+
+    async def _hold(self, key: str, member: str, limit: int, ttl: float) -> bool:
+        args: list[_Arg] = [member, limit, _ms(ttl)]
+        return bool(await self._hold_slot(keys=[key], args=args))
