@@ -121,6 +121,30 @@ class ModelSettings(BaseModel):
     )
     replicas: list[ReplicaSettings] = Field(default_factory=list)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    tokenizer: Path | None = Field(
+        default=None,
+        description="A tokenizer.json file or a Hugging Face folder holding one, to count "
+        "prompts in the api process (openai); default: a conservative estimate.",
+    )
+
+    @model_validator(mode="after")
+    def _tokenizer_file(self) -> ModelSettings:
+        """Checked here, not when the first message is counted: a wrong path is a
+        configuration error, not a silently low budget reservation."""
+        if self.tokenizer is None:
+            return self
+        if self.engine is not EngineKind.OPENAI:
+            raise ValueError(
+                f"model {self.name!r}: only an openai engine takes a tokenizer "
+                "(the built-in engine counts with its model's own)"
+            )
+        self.tokenizer = self.tokenizer.expanduser()
+        if tokenizer_json(self.tokenizer) is None:
+            raise ValueError(
+                f"model {self.name!r}: tokenizer {str(self.tokenizer)!r} is neither a "
+                "tokenizer.json file nor a folder holding one"
+            )
+        return self
 
     @model_validator(mode="after")
     def _replicas_for_openai(self) -> ModelSettings:
@@ -137,3 +161,9 @@ class ModelSettings(BaseModel):
                 "named by api_key_env is not set"
             )
         return self
+
+
+def tokenizer_json(path: Path) -> Path | None:
+    """The tokenizer.json file ``path`` names (itself, or the one in that folder), if any."""
+    file = path / "tokenizer.json" if path.is_dir() else path
+    return file if file.is_file() and file.name == "tokenizer.json" else None
