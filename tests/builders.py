@@ -27,7 +27,21 @@ from parley.config import Settings
 from parley.services import Services, build_services
 from parley.store.database import Database
 from parley.store.migrate import upgrade
+from parley.tiers import default_tiers
 from tests.waiting import eventually
+
+# The default tiers with admission's limits lifted (one concurrent run per free user, free
+# runs shed at 90% load): most tests send several runs at once as one user on a small fake
+# engine. Tests of those limits set tiers of their own.
+ROOMY_TIERS: dict[str, dict[str, object]] = {
+    name: {
+        **tier.model_dump(mode="json"),
+        "max_concurrent_runs": 1000,
+        "max_load": None,
+        "downgrade_model": None,
+    }
+    for name, tier in default_tiers().items()
+}
 
 
 def _per_worker(url: str) -> str:

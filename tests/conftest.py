@@ -37,6 +37,7 @@ from parley.services import Services, bus_limits
 from tests.builders import (
     BACKENDS,
     POSTGRES_URL,
+    ROOMY_TIERS,
     make_bus,
     migrate,
     reset_postgres,
@@ -93,6 +94,7 @@ def settings(database_url: str, tmp_path: Path, settings_overrides: dict[str, An
             "database_url": database_url,
             "data_dir": tmp_path,
             "engine": "fake",
+            "tiers": ROOMY_TIERS,
             **settings_overrides,
         }
     )
@@ -138,6 +140,7 @@ def run_settings(stack: tuple[str, str], tmp_path: Path, run_overrides: dict[str
         "database_url": url,
         "data_dir": tmp_path,
         "engine": "fake",
+        "tiers": ROOMY_TIERS,
         "fake_engine": {
             "time_to_first_token_ms": 5,
             "inter_token_latency_ms": 2,

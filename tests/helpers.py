@@ -29,7 +29,12 @@ def assert_error(r: httpx.Response, status: int, code: str | None = None) -> dic
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json")
     error: dict[str, Any] = r.json()["error"]
-    assert set(error) == {"type", "code", "message", "param"}
+    refusal = status in (429, 503)  # says when to retry, and how to back off after that
+    extra = {"retry_after", "backoff"} if refusal else set()
+    assert set(error) == {"type", "code", "message", "param", *extra}, error
+    if refusal:
+        assert error["retry_after"] >= 1 and str(error["retry_after"]) == r.headers["Retry-After"]
+        assert error["backoff"]["strategy"] in ("exponential", "linear"), error
     assert error["message"]
     if code is not None:
         assert error["code"] == code, error

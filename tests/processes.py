@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.builders import ROOMY_TIERS
 from tests.waiting import GaveUp, eventually_sync
 
 
@@ -29,6 +31,7 @@ class Parley:
         self.log = log
         self._out = log.open("wb")
         base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        base["PARLEY_TIERS"] = json.dumps(ROOMY_TIERS)  # unless the test sets tiers
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "parley", *args],
             env={**base, **env},

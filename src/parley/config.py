@@ -218,6 +218,9 @@ class Settings(BaseSettings):
     requeue_stale_after_seconds: float = Field(default=10, gt=0)
     max_run_attempts: int = Field(default=3, gt=0)
     queue_max: int = Field(default=1000, gt=0)
+    load_window_seconds: float = Field(
+        default=30, gt=0, le=300, description="How far back a model's drain rate looks."
+    )
     stream_maxlen: int = Field(default=20_000, gt=0)
     stream_ttl_seconds: float = Field(default=3600, gt=0)
     ping_interval_seconds: float = Field(default=15, gt=0)

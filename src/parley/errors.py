@@ -35,6 +35,9 @@ class ParleyError(Exception):
         self.param = param
         self.retry_after = retry_after
         self.headers = dict(headers or {})
+        # how a refused client should space its retries (a tier's ``BackoffGuidance`` as
+        # JSON), added at the edge to a 429/503 for the refused user's tier
+        self.backoff: dict[str, object] | None = None
 
 
 class InvalidRequest(ParleyError):
@@ -103,10 +106,22 @@ class BudgetExhausted(RateLimited):
     code = "budget_exhausted"
 
 
+class TooManyRuns(RateLimited):
+    """The user has as many runs queued or running as their tier allows at once."""
+
+    code = "too_many_runs"
+
+
 class Unavailable(ParleyError):
     status_code = 503
     type = "service_unavailable"
     code = "unavailable"
+
+
+class Overloaded(Unavailable):
+    """The model is too busy to take this tier's runs now (load shedding)."""
+
+    code = "server_overloaded"
 
 
 ECHO_LIMIT = 64

@@ -21,6 +21,7 @@ from parley.config import Settings
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
 from parley.observability.metrics import Metrics, build_metrics
+from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.runs.finisher import Finisher
 from parley.runs.relay import Relay
@@ -37,6 +38,7 @@ class Services:
     db: Database
     bus: Bus
     budget: Budget
+    admission: Admission
     finisher: Finisher
     accounts: Accounts
     submitter: Submitter
@@ -110,7 +112,8 @@ def build_services(
     models = configured_models(settings)
     budget = Budget(bus, settings)
     metrics = build_metrics(settings)
-    finisher = Finisher(db, bus, budget, listeners=[metrics.run_ended])
+    admission = Admission(bus, settings, metrics=metrics)
+    finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended])
     services = Services(
         settings=settings,
         db=db,
@@ -118,9 +121,10 @@ def build_services(
         budget=budget,
         finisher=finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
-        submitter=Submitter(db, bus, budget, settings, models, metrics=metrics),
+        admission=admission,
+        submitter=Submitter(db, bus, budget, settings, models, admission, metrics=metrics),
         relay=Relay(db, bus, settings, metrics=metrics),
-        sweeper=Sweeper(db, bus, finisher, settings),
+        sweeper=Sweeper(db, bus, finisher, admission, settings),
         models=models,
         cursors=Cursors(settings.secret_key.get_secret_value()),
         metrics=metrics,
@@ -154,6 +158,7 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         services.engine,
         services.finisher,
         settings,
+        admission=services.admission,
         concurrency=concurrency,
         metrics=services.metrics,
     )

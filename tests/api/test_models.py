@@ -9,7 +9,7 @@ import pytest
 
 from parley.services import Services
 from parley.store import users
-from parley.tiers import default_tiers
+from tests.builders import ROOMY_TIERS
 from tests.helpers import assert_error, bearer, signup, user_headers
 
 # Two models: the fake engine (the default, configured first) and an upstream that nothing
@@ -18,9 +18,9 @@ TWO_MODELS = [
     {"name": "parley-fake", "engine": "fake"},
     {"name": "other", "engine": "openai", "replicas": [{"base_url": "http://127.0.0.1:9/v1"}]},
 ]
-FREE = default_tiers()["free"].model_dump()
+FREE = ROOMY_TIERS["free"]
 TIERS = {
-    **{name: tier.model_dump() for name, tier in default_tiers().items()},
+    **ROOMY_TIERS,
     "fake-only": {**FREE, "models": ["parley-fake"]},
     "other-only": {**FREE, "models": ["other"]},
 }

@@ -21,7 +21,7 @@ from parley.api.app import create_app
 from parley.config import load_settings
 from parley.engines.router import Router
 from parley.services import Services
-from tests.builders import migrate, served, services_for, sqlite_url
+from tests.builders import ROOMY_TIERS, migrate, served, services_for, sqlite_url
 from tests.fleet.servers import EngineReplica, Misbehaving
 from tests.helpers import user_headers
 
@@ -85,6 +85,7 @@ def fleet(tmp_path: Path) -> Fleet:
             ],
             lease_seconds=5,
             sweep_interval_seconds=0.5,
+            tiers=ROOMY_TIERS,
         )
         services = services_for(settings, worker=True)
         await services.start()

@@ -68,6 +68,7 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
         FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0)),
         run_services.finisher,
         run_services.settings,
+        admission=run_services.admission,
         concurrency=2,
     )
     task = asyncio.create_task(fresh.run_forever())

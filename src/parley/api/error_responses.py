@@ -43,17 +43,30 @@ _HTTP_ERRORS: dict[int, tuple[type[ParleyError], str | None]] = {
 
 
 def error_body(exc: ParleyError) -> dict[str, Any]:
-    """The JSON body of an error of the tree."""
-    return {
-        "error": {"type": exc.type, "code": exc.code, "message": exc.message, "param": exc.param}
+    """The JSON body of an error of the tree; a refusal (429/503) also says when to retry
+    (``retry_after``, seconds, as Retry-After says) and how to back off after that."""
+    error: dict[str, Any] = {
+        "type": exc.type,
+        "code": exc.code,
+        "message": exc.message,
+        "param": exc.param,
     }
+    if exc.retry_after is not None:
+        error["retry_after"] = _whole_seconds(exc.retry_after)
+    if exc.backoff is not None:
+        error["backoff"] = exc.backoff
+    return {"error": error}
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
 
 
 def error_headers(exc: ParleyError) -> dict[str, str]:
     """The headers an error of the tree answers with (Retry-After, WWW-Authenticate, ...)."""
     headers = dict(exc.headers)
     if exc.retry_after is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["Retry-After"] = str(_whole_seconds(exc.retry_after))
     if isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer realm="parley"'
     return headers
@@ -68,6 +81,7 @@ async def _on_parley_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ParleyError)
     if exc.status_code in _REFUSALS:
         _count_refusal(request, exc)
+        _add_backoff(request, exc)
     await _with_rate_limits(request, exc)
     return parley_error_response(exc)
 
@@ -83,6 +97,17 @@ def _count_refusal(request: Request, exc: ParleyError) -> None:
         return
     who = getattr(request.state, "principal", None)
     services.metrics.refused(getattr(who, "tier", None), exc.code)
+
+
+def _add_backoff(request: Request, exc: ParleyError) -> None:
+    """The refused user's tier's back-off guidance (the default tier's before log-in)."""
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        return
+    who = getattr(request.state, "principal", None)
+    settings = services.settings
+    tier = settings.tier(who.tier if who is not None else settings.default_tier)
+    exc.backoff = tier.backoff.to_json()
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:

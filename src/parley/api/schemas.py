@@ -265,7 +265,12 @@ class RunOut(BaseModel):
         None, description="The answer of an ended run without a chat (else in its message)."
     )
     status: RunStatus
-    model: str
+    model: str = Field(description="The model that serves (served) the run.")
+    downgraded_from: str | None = Field(
+        None,
+        description="The model asked for, when the service was too busy for it at the user's "
+        "tier and the tier's downgrade model served the run instead.",
+    )
     max_tokens: int
     finish_reason: str | None
     usage: Usage

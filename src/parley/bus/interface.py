@@ -123,6 +123,35 @@ class Attempt:
     wait: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class ModelLoad:
+    """A model's load now, as every process sees it on the bus."""
+
+    in_flight: int  # runs admitted and not ended: queued or running
+    slots: int  # what its engines serve at once, as they last said (0: none has said)
+    drained: int  # runs that ended in the last ``window`` seconds
+    window: float
+
+    @property
+    def load(self) -> float:
+        """(queued + running) ÷ slots; 0.0 while no engine has said its slots (unknown)."""
+        return self.in_flight / self.slots if self.slots else 0.0
+
+    @property
+    def drain_rate(self) -> float:
+        """Runs ended per second, lately."""
+        return self.drained / self.window if self.window > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAdmission:
+    """The answer to ``admit_run``: counted in (``admitted``) or not, and the load it saw
+    (before counting the run)."""
+
+    admitted: bool
+    load: ModelLoad
+
+
 class QueueFull(Unavailable):
     code = "queue_full"
 
@@ -200,6 +229,26 @@ class Bus(Protocol):
         run holds already is refreshed, whatever the limit); False if all are held."""
 
     async def release_run_slot(self, user_id: str, run_id: str) -> None: ...
+
+    # -- load per model: runs in flight, engine slots, drain --------------------------------
+
+    async def admit_run(
+        self, model: str, run_id: str, *, max_load: float | None, ttl: float, window: float
+    ) -> LoadAdmission:
+        """Count ``run_id`` in flight on ``model`` for ``ttl`` s if that keeps the model's
+        load at or below ``max_load`` (always when None, or while no engine has said its
+        slots), atomically; a run counted already is refreshed, whatever the load."""
+
+    async def release_run(self, model: str, run_id: str, *, drained: bool) -> None:
+        """The run is no longer in flight on ``model``; ``drained``: it ended (counted in
+        the drain rate), else it was never made."""
+
+    async def offer_slots(self, model: str, source: str, slots: int, *, ttl: float) -> None:
+        """``source`` (an engine, or a fleet) serves ``slots`` runs of ``model`` at once, for
+        the next ``ttl`` s; a model's slots are the sum over its sources."""
+
+    async def model_load(self, model: str, *, window: float) -> ModelLoad:
+        """The model's load now; ``drained`` counts runs ended in the last ``window`` s."""
 
     # -- per-user token budgets (token buckets) ---------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from parley.config import EngineKind, ModelSettings, Settings
 from parley.engines.fake import FAKE_MODEL, FakeEngine, FakeEngineConfig
 from parley.engines.interface import Engine
@@ -90,6 +92,27 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
             device=b.device,
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SlotOffer:
+    """Slots a worker's engine offers for one model: its own (the built-in or fake engine:
+    each worker's adds up), or a fleet's (every worker says the same; it counts once)."""
+
+    model: str
+    source: str
+    slots: int
+
+
+def slot_offers(settings: Settings, worker_id: str, concurrency: int) -> list[SlotOffer]:
+    """What a worker running ``concurrency`` runs at once offers, model by model."""
+    offers = []
+    for model in model_settings(settings):
+        shared = model.engine is EngineKind.OPENAI
+        source = "fleet:" + ",".join(r.base_url for r in model.replicas) if shared else worker_id
+        slots = _slots(model, settings)
+        offers.append(SlotOffer(model.name, source, slots if shared else min(slots, concurrency)))
+    return offers
 
 
 def engine_slots(settings: Settings) -> int:

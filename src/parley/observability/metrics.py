@@ -74,6 +74,7 @@ class _RunMetrics:
 @dataclass(frozen=True, slots=True)
 class _EdgeMetrics:
     refusals: Counter
+    downgraded: Counter
     open_streams: Gauge
     resumes: Counter
 
@@ -137,6 +138,12 @@ def _edge_metrics(reg: CollectorRegistry | None) -> _EdgeMetrics:
             "parley_admission_refusals",
             "Requests refused for load or quota (429, 503), by the error code.",
             ["tier", "reason"],
+            registry=reg,
+        ),
+        downgraded=Counter(
+            "parley_runs_downgraded",
+            "Runs served by their tier's downgrade model because the model asked for was busy.",
+            ["tier", "requested_model", "model"],
             registry=reg,
         ),
         open_streams=Gauge(
@@ -233,6 +240,9 @@ class Metrics:
 
     def run_admitted(self, run: Run) -> None:
         self._runs.admitted.labels(run.model, run.tier).inc()
+
+    def run_downgraded(self, tier: str, requested: str, model: str) -> None:
+        self._edge.downgraded.labels(tier, requested, model).inc()
 
     def run_started(self, run: Run) -> None:
         """The run's wait in the queue, as it starts (no wait for one handed off at birth)."""

@@ -1,13 +1,14 @@
 """The one door every run ends through, whatever the outcome.
 
-Ending a run is four steps, in this order:
+Ending a run is five steps, in this order:
 
 1. the stored state: the run and its assistant message reach their terminal state in one
    transaction, guarded by the state the caller saw (``Guard``), which also takes the run's
    budget reservation off its row;
 2. the budget: that reservation is settled to the tokens the run used;
-3. the stream: an ``error`` event (if the outcome carries one), then ``done``;
-4. the hooks: each listener hears of the ended run (metrics).
+3. admission: the user's run slot comes back, and the run leaves its model's load;
+4. the stream: an ``error`` event (if the outcome carries one), then ``done``;
+5. the hooks: each listener hears of the ended run (metrics).
 
 It is idempotent: a run that someone else already ended (the guard no longer holds) is left
 alone, and ``finish`` answers None. Whoever's guarded update wins settles the reservation,
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from parley.bus.interface import Bus
 from parley.domain import RunStatus
+from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event
 from parley.store import run_records
@@ -51,11 +53,17 @@ class Guard:
 
 class Finisher:
     def __init__(
-        self, db: Database, bus: Bus, budget: Budget, listeners: Sequence[EndListener] = ()
+        self,
+        db: Database,
+        bus: Bus,
+        budget: Budget,
+        admission: Admission,
+        listeners: Sequence[EndListener] = (),
     ) -> None:
         self._db = db
         self._bus = bus
         self._budget = budget
+        self._admission = admission
         self._listeners = list(listeners)
 
     def listen(self, listener: EndListener) -> None:
@@ -76,11 +84,19 @@ class Finisher:
         if ended is None:
             return None
         await self._budget.settle_run(ended.run, ended.reserved_tokens)
+        await self._let_go(ended.run)
         if outcome.error_code is not None and outcome.error_message is not None:
             await self._bus.append(run_id, error_event(outcome.error_code, outcome.error_message))
         await self._bus.append(run_id, done_event(ended.run))
         self._tell(ended.run)
         return ended.run
+
+    async def _let_go(self, run: Run) -> None:
+        """Never raises: the run has ended either way; a slot not given back lapses."""
+        try:
+            await self._admission.ended(run)
+        except Exception:
+            log.exception("giving back the run slot of run %s failed", run.id)
 
     def _tell(self, run: Run) -> None:
         for listener in self._listeners:

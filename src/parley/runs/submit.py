@@ -23,9 +23,17 @@ from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.domain import MessageRole, RunSource, RunStatus, utcnow
 from parley.engines.interface import ChatMessage
-from parley.errors import BudgetExhausted, PermissionDenied, ValidationFailed, quoted
+from parley.errors import (
+    BudgetExhausted,
+    Overloaded,
+    PermissionDenied,
+    TooManyRuns,
+    ValidationFailed,
+    quoted,
+)
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
+from parley.qos.admission import Admission
 from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
 from parley.runs.events import status_event
 from parley.runs.inputs import RunInput
@@ -78,10 +86,12 @@ class Submitter:
         budget: Budget,
         settings: Settings,
         models: list[str],
+        admission: Admission,
         *,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics
+        self._admission = admission
         self._db = db
         self._bus = bus
         self._budget = budget
@@ -151,7 +161,28 @@ class Submitter:
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
 
     async def _admit(self, new: new_runs.NewRun, cost: int) -> Run:
-        """Idempotency, queue room, the budget reservation, then the run stored and queued."""
+        """Admission on the bus (the user's run slot, the model's load), then idempotency,
+        queue room and the budget reservation; then the run stored and queued."""
+        try:
+            new = await self._admission.admit(new)
+        except (TooManyRuns, Overloaded):
+            # a retry of a request that made its run already is answered with that run
+            existing = await self._existing(new) if new.idempotency_key is not None else None
+            if existing is None:
+                raise
+            return existing
+        try:
+            run = await self._admit_admitted(new, cost)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._admission.undo(new)
+            raise
+        if run.id != new.run_id:  # an earlier same-key request's run: its slot is the same
+            with anyio.CancelScope(shield=True):
+                await self._admission.undo(new, keep_slot=not run.status.is_terminal)
+        return run
+
+    async def _admit_admitted(self, new: new_runs.NewRun, cost: int) -> Run:
         if new.idempotency_key is not None:
             existing = await self._existing(new)
             if existing is not None:

@@ -5,7 +5,8 @@ sweepers racing each other, or a worker, change a run at most once.
 
 - A running run whose lease lapsed: its attempt is fenced out of the stream (the bus
   refuses that attempt's appends from then on), then it is re-queued if nothing was
-  streamed yet (up to ``max_run_attempts``), otherwise ``failed`` with its partial text.
+  streamed yet (up to ``max_run_attempts``; it holds its user's run slot again), otherwise
+  ``failed`` with its partial text.
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - A queued run sent longer ago than its tier's ``max_queue_wait_seconds`` (counted from
@@ -28,6 +29,7 @@ from datetime import datetime, timedelta
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
 from parley.domain import QUEUE_WAIT_EXCEEDED, RunStatus, utcnow
+from parley.qos.admission import Admission
 from parley.runs.events import status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.store import run_records
@@ -38,7 +40,10 @@ log = logging.getLogger(__name__)
 
 
 class Sweeper:
-    def __init__(self, db: Database, bus: Bus, finisher: Finisher, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, bus: Bus, finisher: Finisher, admission: Admission, settings: Settings
+    ) -> None:
+        self._admission = admission
         self._db = db
         self._bus = bus
         self._finisher = finisher
@@ -104,6 +109,7 @@ class Sweeper:
                 requeued = await run_records.requeue(s, run_id=run.id)
             if requeued is not None:
                 log.warning("run %s lost its worker before streaming: re-queued", run.id)
+                await self._admission.requeued(requeued)
                 await self._bus.append(run.id, status_event(run.id, RunStatus.QUEUED))
                 with contextlib.suppress(QueueFull):  # else the stale-queued pass retries
                     await self._bus.enqueue(QueuedRun(run.id, run.priority))

@@ -34,8 +34,10 @@ from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
+from parley.engines.registry import slot_offers
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
+from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.inputs import RunInput
@@ -56,6 +58,7 @@ class Worker:
         finisher: Finisher,
         settings: Settings,
         *,
+        admission: Admission,
         concurrency: int,
         worker_id: str | None = None,
         metrics: Metrics | None = None,
@@ -66,10 +69,13 @@ class Worker:
         self._settings = settings
         self._finisher = finisher
         self._metrics = metrics
+        self._admission = admission
+        self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, Progress] = {}
+        self._running: dict[str, Run] = {}  # the runs of ``_active``, for their run slots
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -205,10 +211,11 @@ class Worker:
     async def _generate(self, run: Run, request: GenerationRequest) -> None:
         progress = Progress()
         self._active[run.id] = progress
+        self._running[run.id] = run
         if self._metrics is not None:
             self._metrics.run_started(run)
         log.info("run %s started (attempt %d, model %s)", run.id, run.attempts, run.model)
-        watcher = asyncio.create_task(self._watch_cancel(run.id, progress))
+        watcher = asyncio.create_task(self._watch_cancel(run, progress))
         try:
             if await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
                 await self._stream(run, request, progress)
@@ -219,6 +226,7 @@ class Worker:
             log.warning("the engine failed on run %s: %r", run.id, e)
         finally:
             self._active.pop(run.id, None)
+            self._running.pop(run.id, None)
             progress.over = True
             watcher.cancel()
         try:
@@ -292,7 +300,11 @@ class Worker:
         async with self._db.transaction() as s:
             await run_records.release_lease(s, run_id=run.id, worker_id=self.worker_id)
 
-    async def _watch_cancel(self, run_id: str, progress: Progress) -> None:
+    async def _watch_cancel(self, run: Run, progress: Progress) -> None:
+        """Watch for a stop; first, beside the generation (not before it), make the run's
+        slot last one lease from now, renewed with the lease (``_refresh_slots``)."""
+        await self._hold_slot(run)
+        run_id = run.id
         wait = self._settings.lease_seconds
         while not progress.over:
             if await self._bus.wait_cancel(run_id, timeout=wait) and not progress.over:
@@ -301,11 +313,30 @@ class Worker:
                 return
 
     async def _keep_leases(self) -> None:
-        """Renew all of this worker's leases at once, a third of a lease apart."""
+        """Renew all of this worker's leases at once, a third of a lease apart; with them
+        its runs' slots, and its engine's offer of slots for the models' load."""
         while True:
+            await self._offer_slots()
             await asyncio.sleep(self._settings.lease_seconds / 3)
             if self._active:
                 await self.renew_leases()
+                await asyncio.gather(*(self._hold_slot(r) for r in list(self._running.values())))
+
+    async def _offer_slots(self) -> None:
+        offers = slot_offers(self._settings, self.worker_id, self._concurrency)
+        try:
+            for offer in offers:
+                await self._bus.offer_slots(
+                    offer.model, offer.source, offer.slots, ttl=self._settings.lease_seconds
+                )
+        except Exception:
+            log.exception("offering the engine's slots failed; retrying")
+
+    async def _hold_slot(self, run: Run) -> None:
+        try:
+            await self._admission.running(run)
+        except Exception:
+            log.exception("refreshing the run slot of run %s failed", run.id)
 
     async def renew_leases(self) -> None:
         """One renewal of every lease this worker holds; a run whose lease was not renewed

@@ -4,7 +4,7 @@ already claimed by the worker it is handed to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -50,6 +50,8 @@ class NewRun:
     new_chat: NewChat | None = None  # a program's run kept as a chat
     traceparent: str | None = None  # W3C trace context of the request that made the run
     prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
+    downgraded_from: str | None = None  # the model asked for, when shedding chose ``model``
+    run_id: str = field(default_factory=lambda: new_id("run"))  # named before it is made
 
 
 class DuplicateIdempotencyKey(Exception):
@@ -60,7 +62,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     """The queued run, in the caller's transaction; for a chat's run, with the user message
     and the assistant placeholder it writes."""
     now = utcnow()
-    run_id = new_id("run")
+    run_id = new.run_id
     if new.new_chat is not None:
         new = replace(new, chat_id=await _open_chat(s, new, new.new_chat, now))
     user_msg = assistant = None
@@ -78,6 +80,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "input": new.input,
         **_claimed_at_birth(new, now),
         "model": new.model,
+        "downgraded_from": new.downgraded_from,
         "tier": new.tier,
         "priority": new.priority,
         "max_tokens": new.max_tokens,

@@ -183,6 +183,8 @@ class Run(Base):
     traceparent: Mapped[str | None] = mapped_column(String(55))
     status: Mapped[RunStatus] = mapped_column(str_enum(RunStatus, "run_status"))
     model: Mapped[str] = mapped_column(String(200))
+    # the model the run asked for, when load shedding served it by its tier's downgrade model
+    downgraded_from: Mapped[str | None] = mapped_column(String(200))
     tier: Mapped[str] = mapped_column(String(40))
     max_tokens: Mapped[int] = mapped_column(Integer)
     temperature: Mapped[float | None]

@@ -177,6 +177,7 @@ def run_out(run: Run) -> RunOut:
         user_message_id=run.user_message_id,
         status=run.status,
         model=run.model,
+        downgraded_from=run.downgraded_from,
         max_tokens=run.max_tokens,
         finish_reason=run.finish_reason,
         usage=Usage(**usage(run)),

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from parley.bus.interface import BusLimits
 from parley.bus.memory.budget import _BudgetOps
 from parley.bus.memory.cancel import _CancelOps
+from parley.bus.memory.load import _LoadOps
 from parley.bus.memory.queue import _QueueOps
 from parley.bus.memory.slots import _SlotOps
 from parley.bus.memory.streams import _StreamOps
 from parley.bus.memory.throttle import _ThrottleOps
 
 
-class MemoryBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps, _ThrottleOps):
+class MemoryBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps):
     """The in-process bus (the embedded default). Each section (the base classes) lives in
     its own module, with its state."""
 

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from parley.bus.interface import BusLimits
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
+from parley.bus.redis.load import _LoadOps
 from parley.bus.redis.queue import _QueueOps
 from parley.bus.redis.shared import MAX_BLOCK_SECONDS
 from parley.bus.redis.slots import _SlotOps
@@ -19,7 +20,7 @@ from parley.bus.redis.throttle import _ThrottleOps
 POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
 
 
-class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _BudgetOps, _ThrottleOps):
+class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps):
     """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
     section (the base classes) lives in its own module, with its keys and scripts."""
 
