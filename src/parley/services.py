@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from parley.accounts.passwords import Passwords
 from parley.accounts.service import Accounts
@@ -18,11 +19,13 @@ from parley.accounts.throttle import AccountThrottles
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
 from parley.config import Settings
+from parley.engines.catalog import Catalog
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
 from parley.observability.metrics import Metrics, build_metrics
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
+from parley.qos.costs import PromptCounter
 from parley.runs.finisher import Finisher
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
@@ -30,6 +33,9 @@ from parley.runs.sweeper import Sweeper
 from parley.runs.worker import Worker
 from parley.store.database import Database
 from parley.store.pages import Cursors
+
+if TYPE_CHECKING:
+    from parley.engines.builtin.tokenizer import TextTokenizer
 
 
 @dataclass(slots=True)
@@ -53,6 +59,7 @@ class Services:
 
     async def start(self) -> None:
         """Start the background work: the sweeper, and the worker when this process has one."""
+        await self.submitter.costs.prepare()  # the models' tokenizers, to count prompts
         self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
         if self.engine is not None:
             await self.engine.start()
@@ -147,6 +154,16 @@ async def checked_services(settings: Settings, *, worker: bool) -> Services:
     return services
 
 
+def builtin_tokenizer(engine: Engine) -> TextTokenizer | None:
+    """The built-in engine's tokenizer, if ``engine`` is (or holds) the built-in engine."""
+    engines = engine.engines.values() if isinstance(engine, Catalog) else [engine]
+    for one in engines:
+        tokenizer = getattr(one, "tokenizer", None)
+        if tokenizer is not None:
+            return cast("TextTokenizer", tokenizer)
+    return None
+
+
 def add_worker(services: Services, engine: Engine | None = None) -> None:
     """Give the process an engine (the settings' own unless one is given) and a worker."""
     settings = services.settings
@@ -161,6 +178,11 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         admission=services.admission,
         concurrency=concurrency,
         metrics=services.metrics,
+    )
+    # prompts are counted with the engine's own tokenizer (not read from disk again)
+    tokenizer = builtin_tokenizer(services.engine)
+    services.submitter.costs.count_with(
+        PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer)
     )
     # the process's own worker takes runs made while it has a free slot and nothing is
     # queued, claimed in the transaction that makes them

@@ -4,7 +4,6 @@ reserves the estimate, the run's end settles it to the actual usage, once."""
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from datetime import timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from parley.runs.events import delta_event
 from parley.services import Services
 from parley.store import run_records as run_store
 from tests.helpers import assert_error
-from tests.runs.helpers import JSON, new_chat, send_json
+from tests.runs.helpers import JSON, new_chat, send_json, stored_message
 from tests.sse import Event, collect
 from tests.waiting import eventually
 
@@ -40,8 +39,10 @@ def tier(burst: int, per_minute: int = 1, max_output: int = 200, **more: Any) ->
     }
 
 
-def estimate(content: str, max_tokens: int) -> int:
-    return max_tokens + math.ceil(len(content) / 3)
+def estimate(content: str, max_tokens: int, *history: str) -> int:
+    """What a send reserves: ``max_tokens`` plus its whole prompt (the chat's ``history``
+    and the new message) as the fake engine counts it: its words + 4 a message."""
+    return max_tokens + sum(len(text.split()) + 4 for text in (*history, content))
 
 
 async def budget(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, Any]:
@@ -83,6 +84,25 @@ async def test_me_shows_the_reservation_then_the_actual_usage(
     assert settled["remaining_tokens"] == 10_000 - used
 
 
+@pytest.mark.parametrize(
+    "run_overrides", [tier(10_000, fake_engine={"time_to_first_token_ms": 1000})]
+)
+async def test_a_send_reserves_for_the_chats_history_too(
+    run_client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """The second message's prompt is the whole chat: its reservation counts the first
+    message and its answer, as the engine will (the fake engine: words + 4 a message)."""
+    chat_id = await new_chat(run_client, auth)
+    first = await send_json(run_client, auth, chat_id, "tell me a story", max_tokens=50)
+    used = (await follow(run_client, auth, first["run_id"])).data["usage"]["total_tokens"]
+    answer = (await stored_message(run_client, auth, chat_id, first["message_id"]))["content"]
+    await send_json(run_client, auth, chat_id, "and then?", max_tokens=50)
+    held = await budget(run_client, auth)  # the second run waits 1 s for its first token
+    reserved = estimate("and then?", 50, "tell me a story", answer)
+    assert reserved > estimate("and then?", 50) + len(answer.split())  # the history counts
+    assert held["remaining_tokens"] == 10_000 - used - reserved
+
+
 @pytest.mark.parametrize("run_overrides", [tier(100, per_minute=6, max_output=100)])
 async def test_over_budget_is_429_with_retry_after_and_ratelimit_headers(
     run_client: httpx.AsyncClient, auth: dict[str, str]
@@ -98,7 +118,12 @@ async def test_over_budget_is_429_with_retry_after_and_ratelimit_headers(
     )
     error = assert_error(r, 429, "budget_exhausted")
     assert error["type"] == "rate_limit_error"
-    short = estimate("hello", 90) - left  # tokens missing, refilled at 0.1 a second
+    answer = await stored_message(run_client, auth, chat_id, first["message_id"])
+    # the whole prompt is reserved for: the first message and its answer, then this one
+    # (128 tokens: capped at the bucket's capacity)
+    cost = estimate("hello", 90, "hello", answer["content"])
+    assert cost > 100
+    short = 100 - left  # refilled at 0.1/s
     wait = int(r.headers["retry-after"])
     assert short * 10 - 5 <= wait <= short * 10
     assert re.fullmatch(
@@ -182,7 +207,8 @@ async def test_a_cancelled_run_gives_back_what_it_did_not_use(
 
     await eventually(busy, "the first run to take the engine's one slot")
     second = await send_json(run_client, auth, chat_id, "second", max_tokens=150)  # queued
-    both = estimate("first", 100) + estimate("second", 150)
+    # the second's prompt: the first message too (its answer, still in progress, is not)
+    both = estimate("first", 100) + estimate("second", 150, "first")
     assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - both
     r = await run_client.post(f"/api/chats/{chat_id}/runs/{second['run_id']}/cancel", headers=auth)
     assert r.json()["status"] == "cancelled"  # ended at once, having used nothing

@@ -4,12 +4,11 @@ what it really used when it ends.
 Each user has a token bucket on the bus (``Bus.reserve_tokens`` and friends), shaped by
 their tier: ``burst_tokens`` is its capacity, ``tokens_per_minute`` its continuous refill.
 
-The estimate is ``max_tokens`` plus the new message at one token per ``CHARS_PER_TOKEN``
-characters, rounded up. The api process has no tokenizer; tokenizers average about four
-characters per token on English text, so three errs high. The chat's history is not
-counted. Settling replaces the estimate by ``prompt_tokens + completion_tokens`` as the
-engine counted them, so a low estimate costs an overrun (the balance may go negative) and a
-high one is refunded.
+The reservation is ``max_tokens`` plus the whole prompt as it will be sent, history
+included, counted with the model's tokenizer where the api process has one, else estimated
+(``parley.qos.reservations`` and ``parley.qos.costs``). Settling replaces it by
+``prompt_tokens + completion_tokens`` as the engine counted them, so a low count costs an
+overrun (the balance may go negative) and a high one is refunded.
 
 An estimate above the bucket's capacity is capped at it: a full bucket admits any run.
 """
@@ -27,15 +26,6 @@ from parley.store.schema import Run
 log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 3
-
-
-def estimate_prompt_tokens(content: str) -> int:
-    return math.ceil(len(content) / CHARS_PER_TOKEN)
-
-
-def estimate_cost(content: str, max_tokens: int) -> int:
-    """What a run is reserved at: its whole output allowance and the new message."""
-    return max_tokens + estimate_prompt_tokens(content)
 
 
 def bucket_of(tier: TierSettings) -> TokenBucket:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Protocol
@@ -34,7 +34,8 @@ from parley.errors import (
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
-from parley.qos.budget import CHARS_PER_TOKEN, Budget, estimate_cost
+from parley.qos.budget import Budget
+from parley.qos.reservations import Costs
 from parley.runs.events import status_event
 from parley.runs.inputs import RunInput
 from parley.store import chats, new_runs, run_records
@@ -78,6 +79,10 @@ class Handoff(Protocol):
         """The prompt's length as the worker's engine counts it."""
 
 
+PromptOf = Callable[[new_runs.NewRun], Awaitable[list[ChatMessage]]]
+"""The messages a run to make will send (its cost is counted on them)."""
+
+
 class Submitter:
     def __init__(
         self,
@@ -92,6 +97,7 @@ class Submitter:
     ) -> None:
         self._metrics = metrics
         self._admission = admission
+        self.costs = Costs(db, budget, settings)
         self._db = db
         self._bus = bus
         self._budget = budget
@@ -114,7 +120,7 @@ class Submitter:
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
-        return await self._admit(new, estimate_cost(new.content, new.max_tokens))
+        return await self._admit(new, self.costs.chat_prompt)
 
     @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit_program(
@@ -142,8 +148,11 @@ class Submitter:
         )
         if req.store:
             new = self._kept(new, req.input)
-        cost = new.max_tokens + math.ceil(req.input.characters / CHARS_PER_TOKEN)
-        return await self._admit(new, cost)
+
+        async def given(_: new_runs.NewRun) -> list[ChatMessage]:
+            return req.input.messages
+
+        return await self._admit(new, given)
 
     def _kept(self, new: new_runs.NewRun, given: RunInput) -> new_runs.NewRun:
         """A kept program's run: its last message (a user's) as the chat's new message, the
@@ -160,7 +169,7 @@ class Submitter:
         title = " ".join(first.split())[: self._settings.max_title_chars] or "New chat"
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
 
-    async def _admit(self, new: new_runs.NewRun, cost: int) -> Run:
+    async def _admit(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:
         """Admission on the bus (the user's run slot, the model's load), then idempotency,
         queue room and the budget reservation; then the run stored and queued."""
         try:
@@ -172,7 +181,7 @@ class Submitter:
                 raise
             return existing
         try:
-            run = await self._admit_admitted(new, cost)
+            run = await self._admit_admitted(new, prompt)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._admission.undo(new)
@@ -182,7 +191,7 @@ class Submitter:
                 await self._admission.undo(new, keep_slot=not run.status.is_terminal)
         return run
 
-    async def _admit_admitted(self, new: new_runs.NewRun, cost: int) -> Run:
+    async def _admit_admitted(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:
         if new.idempotency_key is not None:
             existing = await self._existing(new)
             if existing is not None:
@@ -190,6 +199,7 @@ class Submitter:
         queued = await self._bus.queue_length()
         if queued >= self._settings.queue_max:
             raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
+        cost = await self.costs.reservation(new, await prompt(new))
         try:
             reserved = await self._budget.reserve(new.user_id, new.tier, cost)
         except BudgetExhausted:
