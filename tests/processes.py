@@ -83,3 +83,25 @@ class Parley:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._out.close()
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.procs: list[Parley] = []
+
+    def api(self) -> tuple[Parley, str]:
+        port = free_port()
+        proc = Parley(["api", "--port", str(port)], self.env, self.tmp / f"api-{port}.log")
+        self.procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        proc.wait_ready(base)
+        return proc, base
+
+    def worker(self, **env: str) -> Parley:
+        n = len(self.procs)
+        proc = Parley(["worker"], {**self.env, **env}, self.tmp / f"worker-{n}.log")
+        self.procs.append(proc)
+        proc.wait_log("taking runs")
+        return proc

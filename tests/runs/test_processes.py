@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.builders import BACKENDS, REDIS_URL, truncate
-from tests.processes import Parley, free_port
+from tests.processes import Cluster
 from tests.sse import Event, events, text_of
 from tests.waiting import eventually
 
@@ -23,28 +23,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif("postgres" not in BACKENDS, reason="needs Postgres"),
 ]
-
-
-class Cluster:
-    def __init__(self, env: dict[str, str], tmp: Path) -> None:
-        self.env = env
-        self.tmp = tmp
-        self.procs: list[Parley] = []
-
-    def api(self) -> tuple[Parley, str]:
-        port = free_port()
-        proc = Parley(["api", "--port", str(port)], self.env, self.tmp / f"api-{port}.log")
-        self.procs.append(proc)
-        base = f"http://127.0.0.1:{port}"
-        proc.wait_ready(base)
-        return proc, base
-
-    def worker(self, **env: str) -> Parley:
-        n = len(self.procs)
-        proc = Parley(["worker"], {**self.env, **env}, self.tmp / f"worker-{n}.log")
-        self.procs.append(proc)
-        proc.wait_log("taking runs")
-        return proc
 
 
 @pytest.fixture

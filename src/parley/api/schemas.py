@@ -241,6 +241,10 @@ class RunAccepted(BaseModel):
     message_id: str = Field(description="The assistant message the run writes.")
     user_message_id: str
     status: RunStatus
+    model: str = Field(description="The model that serves the run.")
+    downgraded_from: str | None = Field(
+        None, description="The model asked for, when a busy service downgraded the run."
+    )
 
 
 class Usage(BaseModel):
@@ -281,10 +285,14 @@ class RunOut(BaseModel):
 
 
 class StatusEventData(BaseModel):
-    """`event: status`: the run was queued (again) or started running."""
+    """`event: status`: the run was queued (again) or started running. The first (queued)
+    names the model that serves the run, and the model asked for if a busy service
+    downgraded it."""
 
     run_id: str
     status: RunStatus
+    model: str | None = None
+    downgraded_from: str | None = None
 
 
 class DeltaEventData(BaseModel):

@@ -14,6 +14,15 @@ def status_event(run_id: str, status: RunStatus) -> RunEvent:
     return RunEvent(EventKind.STATUS, {"run_id": run_id, "status": status.value})
 
 
+def made_event(run: Run) -> RunEvent:
+    """A new run's first event (queued): which model serves it, and, for a run a busy
+    service downgraded, the model asked for."""
+    data = {"run_id": run.id, "status": RunStatus.QUEUED.value, "model": run.model}
+    if run.downgraded_from is not None:
+        data["downgraded_from"] = run.downgraded_from
+    return RunEvent(EventKind.STATUS, data)
+
+
 def delta_event(text: str, tokens: int = 1, *, replace: bool = False) -> RunEvent:
     data: dict[str, Any] = {"text": text, "tokens": tokens}
     if replace:

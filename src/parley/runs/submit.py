@@ -21,7 +21,7 @@ import anyio
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
-from parley.domain import MessageRole, RunSource, RunStatus, utcnow
+from parley.domain import MessageRole, RunSource, utcnow
 from parley.engines.interface import ChatMessage
 from parley.errors import (
     BudgetExhausted,
@@ -36,7 +36,7 @@ from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
-from parley.runs.events import status_event
+from parley.runs.events import made_event
 from parley.runs.inputs import RunInput
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
@@ -239,7 +239,7 @@ class Submitter:
         """A run claimed at birth goes straight to this process's worker; else to the queue."""
         if worker_id is None or self._handoff is None:
             return await self._enqueue(run)
-        await self._bus.append(run.id, status_event(run.id, RunStatus.QUEUED))
+        await self._bus.append(run.id, made_event(run))
         self._handoff.start(run)
         return run
 
@@ -348,7 +348,7 @@ class Submitter:
         raise AssertionError("idempotency key conflict did not resolve")
 
     async def _enqueue(self, run: Run) -> Run:
-        await self._bus.append(run.id, status_event(run.id, run.status))
+        await self._bus.append(run.id, made_event(run))
         try:
             await self._bus.enqueue(QueuedRun(run.id, run.priority))
         except QueueFull:

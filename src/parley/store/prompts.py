@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus
+from parley.domain import MessageRole, MessageStatus, is_id
 from parley.engines.interface import ChatMessage
 from parley.store import chats, run_records
 from parley.store.schema import Message
@@ -35,6 +35,8 @@ async def prompt_of_chat(
 ) -> list[ChatMessage]:
     """The messages a new user message ``content`` in this chat would be sent with, oldest
     first, the new one last. NotFound (``chat_not_found``) for a chat the user does not own."""
+    if not is_id("chat", chat_id):  # not an id at all (a NUL, say): no query may carry it
+        await chats.get_chat(s, user_id=user_id, chat_id=chat_id)  # raises NotFound
     rows = (
         await s.execute(
             select(Message.role, Message.status, Message.content)

@@ -117,6 +117,8 @@ def _accepted(run: Run) -> dict[str, Any]:
         message_id=run.assistant_message_id,
         user_message_id=run.user_message_id,
         status=run.status,
+        model=run.model,
+        downgraded_from=run.downgraded_from,
     )
     return accepted.model_dump(mode="json")
 

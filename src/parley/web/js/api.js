@@ -11,7 +11,9 @@ export class ApiError extends Error {
     this.status = status;
     this.code = detail.code || "error";
     this.param = detail.param || null;
-    this.retryAfter = retryAfterSeconds(headers);
+    this.retryAfter = retryAfterSeconds(headers) ?? detail.retry_after ?? null;
+    // how to space retries after the first (a 429/503's tier guidance, see banner.js)
+    this.backoff = detail.backoff || null;
     this.headers = headers;
   }
 

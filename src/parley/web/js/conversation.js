@@ -242,6 +242,7 @@ export class Conversation {
 
   onStatus(view, data) {
     view.setIds({ run_id: data.run_id });
+    if (data.downgraded_from) view.setDowngraded(data.model, data.downgraded_from);
     view.setStatus(data.status === "queued" ? "queued" : "in_progress");
     if (this.active && this.active.stopRequested) this.stop();
   }

@@ -65,6 +65,16 @@ export class MessageView {
     this.el.classList.toggle("live", live);
   }
 
+  /** Say that a busy service answered with another model than the one asked for. */
+  setDowngraded(model, asked) {
+    let line = this.el.querySelector(".message-downgrade");
+    if (!line) {
+      line = h("p", { class: "message-downgrade" });
+      this.note.before(line);
+    }
+    line.textContent = `Answered by ${model}: ${asked} is busy right now.`;
+  }
+
   reset() {
     this.text = "";
     this.schedule();
