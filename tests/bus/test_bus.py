@@ -282,6 +282,18 @@ async def test_run_slots_are_exact_under_concurrency_and_apart_from_stream_slots
     assert not await bus.hold_run_slot("u1", "later", limit=3, ttl=30)
 
 
+async def test_a_run_slot_refresh_extends_a_held_slot_and_never_takes_one(bus: Bus) -> None:
+    assert not await bus.refresh_run_slot("u1", "r1", ttl=30)  # not held: stays free
+    assert await bus.hold_run_slot("u1", "r2", limit=1, ttl=30)  # so r2 takes the one slot
+    assert await bus.hold_run_slot("u1", "r3", limit=2, ttl=0.3)
+    assert await bus.refresh_run_slot("u1", "r3", ttl=30)
+    await asyncio.sleep(0.5)  # past the first ttl: the refresh holds it
+    assert not await bus.hold_run_slot("u1", "r4", limit=2, ttl=30)
+    await bus.release_run_slot("u1", "r3")
+    assert not await bus.refresh_run_slot("u1", "r3", ttl=30)  # a late refresh: no-op
+    assert await bus.hold_run_slot("u1", "r4", limit=2, ttl=30)
+
+
 async def test_run_slots_lapse_when_not_refreshed(bus: Bus) -> None:
     assert await bus.hold_run_slot("u1", "r1", limit=1, ttl=0.2)
     assert not await bus.hold_run_slot("u1", "r2", limit=1, ttl=0.2)

@@ -82,3 +82,16 @@ async def test_runs_in_flight_lapse_when_not_refreshed(bus: Bus) -> None:
 
     await eventually(lapsed, "r1 to lapse")
     assert (await bus.model_load("m", window=WINDOW)).drained == 0  # a lapse is no drain
+
+
+async def test_a_refresh_extends_a_counted_run_and_never_counts_one_in(bus: Bus) -> None:
+    await bus.offer_slots("m", "w1", 1, ttl=30)
+    assert not await bus.refresh_run("m", "r1", ttl=30)  # not counted: stays out
+    assert (await bus.model_load("m", window=WINDOW)).in_flight == 0
+    assert (await bus.admit_run("m", "r1", max_load=None, ttl=0.3, window=WINDOW)).admitted
+    assert await bus.refresh_run("m", "r1", ttl=30)
+    await asyncio.sleep(0.5)  # past the first ttl: the refresh holds it
+    assert (await bus.model_load("m", window=WINDOW)).in_flight == 1
+    await bus.release_run("m", "r1", drained=True)
+    assert not await bus.refresh_run("m", "r1", ttl=30)  # ended: a late refresh is a no-op
+    assert (await bus.model_load("m", window=WINDOW)).in_flight == 0

@@ -218,3 +218,4 @@ async def test_a_user_on_an_unlimited_tier_is_never_shed(
     for _ in range(8):
         body = await send_json(run_client, pro, chat)
         assert body["model"] == FAKE_MODEL and body["downgraded_from"] is None
+

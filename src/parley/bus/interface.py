@@ -228,6 +228,10 @@ class Bus(Protocol):
         """Hold one of the user's ``limit`` run slots for ``run_id`` for ``ttl`` s (a slot the
         run holds already is refreshed, whatever the limit); False if all are held."""
 
+    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+        """Make the slot ``run_id`` holds last ``ttl`` s from now; False (and nothing held)
+        if it holds none (released already, or lapsed)."""
+
     async def release_run_slot(self, user_id: str, run_id: str) -> None: ...
 
     # -- load per model: runs in flight, engine slots, drain --------------------------------
@@ -238,6 +242,10 @@ class Bus(Protocol):
         """Count ``run_id`` in flight on ``model`` for ``ttl`` s if that keeps the model's
         load at or below ``max_load`` (always when None, or while no engine has said its
         slots), atomically; a run counted already is refreshed, whatever the load."""
+
+    async def refresh_run(self, model: str, run_id: str, *, ttl: float) -> bool:
+        """Count ``run_id`` in flight for ``ttl`` s from now if it is counted; False (and
+        nothing counted) if it is not (released already, or lapsed)."""
 
     async def release_run(self, model: str, run_id: str, *, drained: bool) -> None:
         """The run is no longer in flight on ``model``; ``drained``: it ended (counted in

@@ -100,10 +100,11 @@ class Admission:
 
     async def running(self, run: Run) -> None:
         """A worker runs ``run`` now: its slot and count last one lease, and are refreshed
-        with it (``running`` again at each renewal)."""
+        with it (``running`` again at each renewal). Only refreshed: a run that ended
+        meanwhile (its slot given back) does not take it again."""
         ttl = self._settings.lease_seconds
-        await self._bus.hold_run_slot(run.user_id, _slot(run), limit=_NO_LIMIT, ttl=ttl)
-        await self._bus.admit_run(run.model, run.id, max_load=None, ttl=ttl, window=0)
+        await self._bus.refresh_run_slot(run.user_id, _slot(run), ttl=ttl)
+        await self._bus.refresh_run(run.model, run.id, ttl=ttl)
 
     async def requeued(self, run: Run) -> None:
         """A run put back on the queue (its worker was lost) holds its slot and count again,

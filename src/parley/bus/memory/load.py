@@ -32,6 +32,14 @@ class _LoadOps(_MemoryOps):
         runs[run_id] = self._clock() + ttl
         return LoadAdmission(True, load)
 
+    async def refresh_run(self, model: str, run_id: str, *, ttl: float) -> bool:
+        now = self._clock()
+        runs = self._in_flight.get(model, {})
+        if runs.get(run_id, now) <= now:
+            return False
+        runs[run_id] = now + ttl
+        return True
+
     async def release_run(self, model: str, run_id: str, *, drained: bool) -> None:
         runs = self._in_flight.get(model, {})
         if runs.pop(run_id, None) is not None and drained:

@@ -21,6 +21,14 @@ class _SlotOps(_MemoryOps):
     async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
         return self._hold(self._run_slots, user_id, run_id, limit, ttl)
 
+    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+        now = self._clock()
+        slots = self._run_slots.get(user_id, {})
+        if slots.get(run_id, now) <= now:
+            return False
+        slots[run_id] = now + ttl
+        return True
+
     async def release_run_slot(self, user_id: str, run_id: str) -> None:
         _release(self._run_slots, user_id, run_id)
 

@@ -21,8 +21,9 @@ from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
 
 DRAIN_MEMORY_SECONDS = 300.0
 
-# KEYS: runs, offers, slots, ends. ARGV: op ('admit' | 'release' | 'offer' | 'peek'), window
-# ms, drain memory ms, then admit: run id, max load (-1: none), ttl ms; release: run id,
+# KEYS: runs, offers, slots, ends. ARGV: op ('admit' | 'refresh' | 'release' | 'offer' |
+# 'peek'), window ms, drain memory ms, then admit: run id, max load (-1: none), ttl ms;
+# refresh: run id, ttl ms; release: run id,
 # drained (0/1); offer: source, slots, ttl ms. Returns {admitted, in flight, slots, drained}
 # as they were before the op.
 _LOAD = """
@@ -56,6 +57,13 @@ if op == 'admit' then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), ARGV[4])
     expire(KEYS[1])
   end
+elseif op == 'refresh' then
+  if redis.call('ZSCORE', KEYS[1], ARGV[4]) then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), ARGV[4])
+    expire(KEYS[1])
+  else
+    admitted = 0
+  end
 elseif op == 'release' then
   if redis.call('ZREM', KEYS[1], ARGV[4]) == 1 and ARGV[5] == '1' then
     redis.call('ZADD', KEYS[4], now, ARGV[4])
@@ -80,6 +88,10 @@ class _LoadOps(_RedisOps):
         limit = -1.0 if max_load is None else max_load
         reply = await self._load(model, "admit", window, run_id, limit, _ms(ttl))
         return LoadAdmission(bool(reply[0]), _model_load(reply, window))
+
+    async def refresh_run(self, model: str, run_id: str, *, ttl: float) -> bool:
+        reply = await self._load(model, "refresh", 0, run_id, _ms(ttl))
+        return bool(reply[0])
 
     async def release_run(self, model: str, run_id: str, *, drained: bool) -> None:
         await self._load(model, "release", 0, run_id, int(drained))

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
 
-# KEYS: the user's slots. ARGV: id, limit, ttl ms. Returns 1 if the slot is held.
+# KEYS: the user's slots. ARGV: id, limit (-1: only refresh a slot held), ttl ms. Returns 1
+# if the slot is held.
 _HOLD_SLOT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not held and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+local limit = tonumber(ARGV[2])
+if not held and (limit < 0 or redis.call('ZCARD', KEYS[1]) >= limit) then
   return 0
 end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
@@ -38,6 +40,9 @@ class _SlotOps(_RedisOps):
 
     async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
         return await self._hold(self._user_key(user_id, "runs"), run_id, limit, ttl)
+
+    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+        return await self._hold(self._user_key(user_id, "runs"), run_id, -1, ttl)
 
     async def release_run_slot(self, user_id: str, run_id: str) -> None:
         await self._redis.zrem(self._user_key(user_id, "runs"), run_id)
