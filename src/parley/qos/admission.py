@@ -19,6 +19,7 @@ Decided before anything touches the database, so a refusal is fast:
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import replace
 
@@ -56,7 +57,9 @@ class Admission:
 
     async def admit(self, new: NewRun) -> NewRun:
         """Take the run's slot and count it on its model (or a downgrade model); the run to
-        make, downgraded or not. Raises TooManyRuns or Overloaded, having taken nothing."""
+        make, downgraded or not. Raises TooManyRuns or Overloaded, having taken nothing.
+        The slot comes first: a user refused for their own runs never counts (even for a
+        moment) in the load that decides for everyone else."""
         tier = self._settings.tier(new.tier)
         slot = slot_of(new.run_id, new.idempotency_key, new.request_hash)
         ttl = self._queued_ttl(tier)
@@ -65,20 +68,22 @@ class Admission:
         ):
             raise self._too_many(new.tier, tier)
         try:
-            return await self._shed(new, tier, ttl)
+            window = self._settings.load_window_seconds
+            asked = await self._bus.admit_run(
+                new.model, new.run_id, max_load=tier.max_load, ttl=ttl, window=window
+            )
+            return new if asked.admitted else await self._downgrade(new, tier, asked.load, ttl)
         except BaseException:
             await self._bus.release_run_slot(new.user_id, slot)
             raise
 
-    async def _shed(self, new: NewRun, tier: TierSettings, ttl: float) -> NewRun:
-        window = self._settings.load_window_seconds
-        asked = await self._bus.admit_run(
-            new.model, new.run_id, max_load=tier.max_load, ttl=ttl, window=window
-        )
-        if asked.admitted:
-            return new
+    async def _downgrade(
+        self, new: NewRun, tier: TierSettings, load: ModelLoad, ttl: float
+    ) -> NewRun:
+        """The run on its tier's downgrade model if that has room, else Overloaded."""
         down = tier.downgrade_model
         if down is not None and down != new.model:
+            window = self._settings.load_window_seconds
             other = await self._bus.admit_run(
                 down, new.run_id, max_load=tier.max_load, ttl=ttl, window=window
             )
@@ -87,7 +92,7 @@ class Admission:
                     self._metrics.run_downgraded(new.tier, new.model, down)
                 return replace(new, model=down, downgraded_from=new.model)
         assert tier.max_load is not None  # a tier without a limit is always admitted
-        raise self._overloaded(new, tier, tier.max_load, asked.load)
+        raise self._overloaded(new, tier, tier.max_load, load)
 
     async def undo(self, new: NewRun, *, keep_slot: bool = False) -> None:
         """The run admitted was not made: uncount it; give its slot back unless another run
@@ -103,8 +108,10 @@ class Admission:
         with it (``running`` again at each renewal). Only refreshed: a run that ended
         meanwhile (its slot given back) does not take it again."""
         ttl = self._settings.lease_seconds
-        await self._bus.refresh_run_slot(run.user_id, _slot(run), ttl=ttl)
-        await self._bus.refresh_run(run.model, run.id, ttl=ttl)
+        await asyncio.gather(
+            self._bus.refresh_run_slot(run.user_id, _slot(run), ttl=ttl),
+            self._bus.refresh_run(run.model, run.id, ttl=ttl),
+        )
 
     async def requeued(self, run: Run) -> None:
         """A run put back on the queue (its worker was lost) holds its slot and count again,
@@ -115,8 +122,10 @@ class Admission:
 
     async def ended(self, run: Run) -> None:
         """The run ended, however it ended: its slot back, and it counts in the drain."""
-        await self._bus.release_run(run.model, run.id, drained=True)
-        await self._bus.release_run_slot(run.user_id, _slot(run))
+        await asyncio.gather(
+            self._bus.release_run(run.model, run.id, drained=True),
+            self._bus.release_run_slot(run.user_id, _slot(run)),
+        )
 
     def _too_many(self, tier_name: str, tier: TierSettings) -> TooManyRuns:
         n = tier.max_concurrent_runs
