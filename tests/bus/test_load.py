@@ -59,16 +59,19 @@ async def test_ended_runs_make_the_drain_rate_and_runs_never_made_do_not(bus: Bu
     await bus.release_run("m", "ghost", drained=True)  # never counted in: no drain
     load = await bus.model_load("m", window=WINDOW)
     assert (load.in_flight, load.drained) == (0, 3)
-    assert load.drain_rate == 3 / WINDOW
+    assert 0 <= load.span < 1.0  # the oldest ended just now: the rate is over 1 s at least
+    assert load.drain_rate == 3.0
     assert (await bus.admit_run("m", "r9", max_load=0.25, ttl=30, window=WINDOW)).admitted
 
 
-async def test_drain_counts_only_the_window(bus: Bus) -> None:
+async def test_drain_counts_only_the_window_and_spans_from_its_oldest_end(bus: Bus) -> None:
     await bus.admit_run("m", "r1", max_load=None, ttl=30, window=WINDOW)
     await bus.release_run("m", "r1", drained=True)
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.3)
     assert (await bus.model_load("m", window=0.2)).drained == 0
-    assert (await bus.model_load("m", window=WINDOW)).drained == 1
+    load = await bus.model_load("m", window=WINDOW)
+    assert load.drained == 1 and 1.25 <= load.span < 5
+    assert load.drain_rate == 1 / load.span  # one run in the time since it ended
 
 
 async def test_runs_in_flight_lapse_when_not_refreshed(bus: Bus) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import httpx
@@ -133,7 +134,8 @@ async def test_as_load_rises_free_is_refused_first_then_plus_and_pro_only_when_t
     assert_error(await post(run_client, free, chat["free"]), 503, "server_overloaded")
     for _ in range(2):  # pro: until the queue (6) is full
         assert (await post(run_client, pro, chat["pro"])).status_code == 202
-    assert_error(await post(run_client, pro, chat["pro"]), 503, "queue_full")
+    full = assert_error(await post(run_client, pro, chat["pro"]), 503, "queue_full")
+    assert full["retry_after"] == 1  # nothing drained yet: pro's first back-off (linear, 1 s)
     load = await run_services.bus.model_load(FAKE_MODEL, window=30)
     assert (load.in_flight, load.slots) == (10, 4)
 
@@ -191,19 +193,23 @@ async def test_retry_after_follows_the_drain_rate(
     for _ in range(12):  # 12 more in flight: 8 queued behind 4 running; 4 drained lately
         assert (await post(run_client, pro, chat)).status_code == 202
     late = assert_error(await post(run_client, free, free_chat), 503, "server_overloaded")
-    # up to 12 in flight, room for one more at 3: 9 must end, at the 4 (to 8, should more
-    # have ended meanwhile) that ended in the last 30 s: 67 s (at least 19 s), capped at 60
-    assert 19 <= late["retry_after"] <= 60
+    load = await run_services.bus.model_load(FAKE_MODEL, window=30)
+    # 12 in flight, room for one more at 3: 10 must end, at the rate the 4 ended
+    assert load.drained >= 4 and load.in_flight >= 8
+    expected = (load.in_flight + 1 - 4) / load.drain_rate
+    assert abs(late["retry_after"] - math.ceil(min(expected, 60))) <= 1, (late, load)
 
 
 def test_retry_after_is_the_excess_over_the_drain_rate() -> None:
     from parley.bus.interface import ModelLoad
     from parley.qos.admission import retry_after
 
-    busy = ModelLoad(in_flight=20, slots=10, drained=30, window=30)  # 1 run/s
+    busy = ModelLoad(in_flight=20, slots=10, drained=30, window=60, span=30)  # 1 run/s
     assert retry_after(busy, 1.0, fallback=5) == 11  # 11 must end to fit one more
     assert retry_after(busy, 2.0, fallback=5) == 1  # room already (never below 1 s)
     assert retry_after(ModelLoad(20, 10, 0, 30), 1.0, fallback=5) == 5  # nothing drained
+    just_busy = ModelLoad(in_flight=20, slots=10, drained=4, window=60, span=2)  # 2 runs/s
+    assert retry_after(just_busy, 1.0, fallback=5) == 5.5  # not 4 in 60 s: 2.5 minutes
 
 
 @pytest.mark.parametrize("run_overrides", [settings()])
@@ -218,4 +224,3 @@ async def test_a_user_on_an_unlimited_tier_is_never_shed(
     for _ in range(8):
         body = await send_json(run_client, pro, chat)
         assert body["model"] == FAKE_MODEL and body["downgraded_from"] is None
-

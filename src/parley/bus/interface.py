@@ -123,6 +123,9 @@ class Attempt:
     wait: float = 0.0
 
 
+MIN_DRAIN_SPAN = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLoad:
     """A model's load now, as every process sees it on the bus."""
@@ -131,6 +134,7 @@ class ModelLoad:
     slots: int  # what its engines serve at once, as they last said (0: none has said)
     drained: int  # runs that ended in the last ``window`` seconds
     window: float
+    span: float = 0.0  # seconds since the oldest of those ended (at most ``window``)
 
     @property
     def load(self) -> float:
@@ -139,8 +143,10 @@ class ModelLoad:
 
     @property
     def drain_rate(self) -> float:
-        """Runs ended per second, lately."""
-        return self.drained / self.window if self.window > 0 else 0.0
+        """Runs ended per second, lately: over the time since the oldest end in the window
+        (at least a second), not the whole window, so a model that has only just become
+        busy is not taken to drain slower than it does."""
+        return self.drained / max(self.span, MIN_DRAIN_SPAN) if self.drained else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import asyncio
 import math
 from dataclasses import replace
 
-from parley.bus.interface import Bus, ModelLoad
+from parley.bus.interface import Bus, ModelLoad, QueueFull
 from parley.config import Settings
 from parley.errors import Overloaded, TooManyRuns
 from parley.observability.metrics import Metrics
@@ -125,6 +125,19 @@ class Admission:
         await asyncio.gather(
             self._bus.release_run(run.model, run.id, drained=True),
             self._bus.release_run_slot(run.user_id, _slot(run)),
+        )
+
+    async def queue_full(self, new: NewRun, queued: int) -> QueueFull:
+        """The refusal of a run that finds the queue full: Retry-After from the drain rate
+        of its model (how long until the queue has room for one more)."""
+        tier = self._settings.tier(new.tier)
+        load = await self._bus.model_load(new.model, window=self._settings.load_window_seconds)
+        excess = queued + 1 - self._settings.queue_max
+        wait = excess / load.drain_rate if load.drain_rate > 0 else tier.backoff.delay(1)
+        wait = min(max(1.0, wait), tier.backoff.max_seconds)
+        return QueueFull(
+            f"the service is busy: the run queue is full; try again in {math.ceil(wait)} s",
+            retry_after=wait,
         )
 
     def _too_many(self, tier_name: str, tier: TierSettings) -> TooManyRuns:

@@ -198,7 +198,7 @@ class Submitter:
                 return existing
         queued = await self._bus.queue_length()
         if queued >= self._settings.queue_max:
-            raise QueueFull("the service is busy: the run queue is full", retry_after=2.0)
+            raise await self._admission.queue_full(new, queued)
         cost = await self.costs.reservation(new, await prompt(new))
         try:
             reserved = await self._budget.reserve(new.user_id, new.tier, cost)

@@ -61,5 +61,7 @@ class _LoadOps(_MemoryOps):
         while ends and ends[0] <= now - DRAIN_MEMORY_SECONDS:
             ends.popleft()
         since = now - min(window, DRAIN_MEMORY_SECONDS)
-        drained = len(ends) - bisect_right(ends, since)
-        return ModelLoad(len(runs), sum(s for s, _ in offers.values()), drained, window)
+        first = bisect_right(ends, since)
+        span = now - ends[first] if first < len(ends) else 0.0
+        slots = sum(s for s, _ in offers.values())
+        return ModelLoad(len(runs), slots, len(ends) - first, window, span)

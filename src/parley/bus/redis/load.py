@@ -24,7 +24,8 @@ DRAIN_MEMORY_SECONDS = 300.0
 # KEYS: runs, offers, slots, ends. ARGV: op ('admit' | 'refresh' | 'release' | 'offer' |
 # 'peek'), window ms, drain memory ms, then admit: run id, max load (-1: none), ttl ms;
 # refresh: run id, ttl ms; release: run id,
-# drained (0/1); offer: source, slots, ttl ms. Returns {admitted, in flight, slots, drained}
+# drained (0/1); offer: source, slots, ttl ms. Returns {admitted, in flight, slots, drained,
+# ms since the oldest of those ended}
 # as they were before the op.
 _LOAD = """
 local t = redis.call('TIME')
@@ -45,7 +46,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[3]))
 local in_flight = redis.call('ZCARD', KEYS[1])
 local slots = 0
 for _, v in ipairs(redis.call('HVALS', KEYS[3])) do slots = slots + tonumber(v) end
-local drained = redis.call('ZCOUNT', KEYS[4], '(' .. (now - tonumber(ARGV[2])), '+inf')
+local since = '(' .. (now - tonumber(ARGV[2]))
+local drained = redis.call('ZCOUNT', KEYS[4], since, '+inf')
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local span = 0
+if oldest[2] then span = now - tonumber(oldest[2]) end
 local op = ARGV[1]
 local admitted = 1
 if op == 'admit' then
@@ -75,7 +80,7 @@ elseif op == 'offer' then
   expire(KEYS[2])
   redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[2]))
 end
-return {admitted, in_flight, slots, drained}
+return {admitted, in_flight, slots, drained, span}
 """
 
 
@@ -109,4 +114,4 @@ class _LoadOps(_RedisOps):
 
 
 def _model_load(reply: Sequence[int], window: float) -> ModelLoad:
-    return ModelLoad(int(reply[1]), int(reply[2]), int(reply[3]), window)
+    return ModelLoad(int(reply[1]), int(reply[2]), int(reply[3]), window, int(reply[4]) / 1000)
