@@ -213,6 +213,12 @@ class Settings(BaseSettings):
     worker_concurrency: int | None = Field(
         default=None, gt=0, description="Runs one worker executes at once; default: engine slots."
     )
+    reserved_slots: int = Field(
+        default=0,
+        ge=0,
+        description="Slots each worker keeps for the highest-priority tier: a run of a lower "
+        "priority starts only while more than this many of the worker's slots are free.",
+    )
     lease_seconds: float = Field(default=15, gt=0)
     sweep_interval_seconds: float = Field(default=2, gt=0)
     requeue_stale_after_seconds: float = Field(default=10, gt=0)

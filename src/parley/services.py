@@ -22,6 +22,7 @@ from parley.config import Settings
 from parley.engines.catalog import Catalog
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
+from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
@@ -169,6 +170,11 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
     settings = services.settings
     services.engine = engine or build_engine(settings)
     concurrency = settings.worker_concurrency or engine_slots(settings)
+    if settings.reserved_slots >= concurrency:
+        raise ConfigurationError(
+            f"reserved_slots ({settings.reserved_slots}) must be below the worker's "
+            f"concurrency ({concurrency}): the other tiers would get no slot"
+        )
     services.worker = Worker(
         services.db,
         services.bus,

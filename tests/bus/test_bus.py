@@ -120,6 +120,19 @@ async def test_queue_is_bounded_and_idempotent_per_run(bus: Bus) -> None:
     assert seen == [f"r{i}" for i in range(5)]
 
 
+async def test_dequeue_at_least_a_priority_leaves_the_lower_ones_queued(bus: Bus) -> None:
+    await bus.enqueue(QueuedRun("low", priority=0))
+    await bus.enqueue(QueuedRun("mid", priority=1))
+    assert await bus.dequeue(timeout=0.05, min_priority=2) is None  # waited, none came
+    assert await bus.dequeue(timeout=0, min_priority=1) == QueuedRun("mid", 1)
+    waiting = asyncio.create_task(bus.dequeue(timeout=5, min_priority=2))
+    await asyncio.sleep(0.05)
+    await bus.enqueue(QueuedRun("top", priority=2))
+    assert await waiting == QueuedRun("top", 2)  # came while it waited
+    assert await bus.queue_length() == 1
+    assert await bus.dequeue(timeout=0) == QueuedRun("low", 0)
+
+
 async def test_queue_length_counts_queued_runs_of_every_priority(bus: Bus) -> None:
     assert await bus.queue_length() == 0
     await bus.enqueue(QueuedRun("a", priority=0))

@@ -224,3 +224,44 @@ async def test_a_user_on_an_unlimited_tier_is_never_shed(
     for _ in range(8):
         body = await send_json(run_client, pro, chat)
         assert body["model"] == FAKE_MODEL and body["downgraded_from"] is None
+
+
+RESERVE_TIERS = {"free": {**TIERS["free"], "max_load": None}, "pro": TIERS["pro"]}
+
+
+@pytest.mark.parametrize(
+    "run_overrides",
+    [settings(tiers=RESERVE_TIERS, reserved_slots=1, fake_engine={**SLOW, "slots": 4})],
+)
+async def test_the_top_tier_finds_its_reserved_slot_free(
+    run_client: httpx.AsyncClient, run_services: Services
+) -> None:
+    """4 slots, 1 reserved: free runs take 3 and queue behind them; a pro run starts at
+    once in the fourth (handed off or dequeued alike); the next pro run waits for a slot."""
+    engine = run_services.engine
+    assert isinstance(engine, FakeEngine)
+    free = await on_tier(run_client, run_services, "free@example.com", "free")
+    pro = await on_tier(run_client, run_services, "pro@example.com", "pro")
+    free_chat, pro_chat = await new_chat(run_client, free), await new_chat(run_client, pro)
+    free_runs = [(await post(run_client, free, free_chat)).json()["run_id"] for _ in range(6)]
+
+    async def three_busy() -> bool:
+        return engine.busy_slots == 3
+
+    await eventually(three_busy, "free runs in 3 of the 4 slots")
+    await asyncio.sleep(0.3)  # and no more: the fourth is kept
+    assert engine.busy_slots == 3
+    top = (await post(run_client, pro, pro_chat)).json()["run_id"]
+
+    async def started(run_id: str) -> bool:
+        run = (await run_client.get(f"/api/runs/{run_id}", headers=pro)).json()
+        return run["status"] == "running"
+
+    await eventually(lambda: started(top), "the pro run to start in the reserved slot")
+    assert engine.busy_slots == 4
+    second = (await post(run_client, pro, pro_chat)).json()["run_id"]
+    await asyncio.sleep(0.3)
+    assert not await started(second)  # every slot is busy now
+    for run_id in free_runs:
+        assert (await wait_run(run_client, free, run_id))["status"] == "completed"
+    assert (await wait_run(run_client, pro, second))["status"] == "completed"

@@ -29,7 +29,7 @@ from parley.engines.registry import DEFAULT_BUILTIN_MODEL, builtin_engine
 from parley.errors import ConfigurationError, NotFound
 from parley.qos import budget, costs
 from parley.qos.costs import PromptCounter, estimate
-from parley.runs.worker import _request
+from parley.runs.generation import generation_request as _request
 from parley.store import chats, run_records, users
 from parley.store.database import Database
 from parley.store.new_runs import NewRun, create_run

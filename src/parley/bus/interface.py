@@ -180,8 +180,9 @@ class Bus(Protocol):
     async def enqueue(self, item: QueuedRun) -> None:
         """Queue a run; a run already queued stays once. Raises QueueFull when full."""
 
-    async def dequeue(self, timeout: float) -> QueuedRun | None:
-        """Take the next run, waiting up to ``timeout`` seconds; None if none came."""
+    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
+        """Take the next run of at least ``min_priority``, waiting up to ``timeout`` seconds;
+        None if none came (runs of lower priority stay queued)."""
 
     async def remove(self, run_id: str) -> bool:
         """Take a run out of the queue; False if it was not queued."""

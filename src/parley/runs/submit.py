@@ -66,8 +66,9 @@ class Handoff(Protocol):
     """A worker in this process that takes a run claimed for it in the transaction that
     makes the run: no queue and no claim transaction on the way to the first token."""
 
-    def take(self) -> str | None:
-        """A free slot taken for a run about to be made (its worker id), or None."""
+    def take(self, priority: int) -> str | None:
+        """A free slot taken for a run of ``priority`` about to be made (its worker id), or
+        None (none free, or only the top tier's reserve)."""
 
     def give_back(self) -> None:
         """The run for the slot taken was not made after all."""
@@ -208,7 +209,7 @@ class Submitter:
             if existing is None:
                 raise
             return existing
-        worker_id = self._handoff.take() if self._handoff and not queued else None
+        worker_id = self._handoff.take(new.priority) if self._handoff and not queued else None
         if worker_id is not None:
             new = self._counted(new)
         try:

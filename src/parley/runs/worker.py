@@ -27,8 +27,6 @@ import os
 import socket
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
 from parley.config import Settings
@@ -40,13 +38,15 @@ from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
-from parley.runs.inputs import RunInput
+from parley.runs.generation import generation_request, program_request
 from parley.runs.progress import Progress
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
 log = logging.getLogger(__name__)
+
+RESERVE_POLL_SECONDS = 0.05
 
 
 class Worker:
@@ -72,6 +72,8 @@ class Worker:
         self._admission = admission
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
+        # the top tier's priority: only its runs may take the last ``reserved_slots`` slots
+        self._top = max(t.priority for t in settings.tiers.values())
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, Progress] = {}
@@ -98,8 +100,14 @@ class Worker:
     async def _take_runs(self) -> None:
         while not self._stopping.is_set():
             await self._slots.acquire()
+            reserved = self._in_reserve(self._slots._value + 1)
             try:
-                item = await self._bus.dequeue(timeout=1.0)
+                # in the reserve, look for a top-tier run briefly, then look again: a slot
+                # freed meanwhile lets any run in
+                item = await self._bus.dequeue(
+                    timeout=RESERVE_POLL_SECONDS if reserved else 1.0,
+                    min_priority=self._top if reserved else 0,
+                )
             except Exception:
                 self._slots.release()
                 log.exception("dequeue failed; retrying")
@@ -142,9 +150,16 @@ class Worker:
             finally:
                 self._slots.release()
 
-    def take(self) -> str | None:
-        """A slot taken now for a run made already claimed by this worker (``Handoff``)."""
+    def _in_reserve(self, free: int) -> bool:
+        """Whether a slot taken with ``free`` slots free is one of the top tier's reserve."""
+        return free <= self._settings.reserved_slots
+
+    def take(self, priority: int) -> str | None:
+        """A slot taken now for a run made already claimed by this worker (``Handoff``); a
+        lower tier's run never takes one of the top tier's reserve."""
         if self._stopping.is_set() or self._slots.locked():
+            return None
+        if priority < self._top and self._in_reserve(self._slots._value):
             return None
         self._slots._value -= 1  # what acquire() does when a slot is free, without awaiting
         return self.worker_id
@@ -192,7 +207,7 @@ class Worker:
         if run.input is not None:
             return program_request(run)
         async with self._db.transaction() as s:
-            return await _request(s, run)
+            return await generation_request(s, run)
 
     async def _claim(self, run_id: str) -> tuple[Run, GenerationRequest] | None:
         """Take the run (None if another worker has it or it ended) with its prompt, whose
@@ -203,7 +218,7 @@ class Worker:
             )
             if run is None:
                 return None
-            request = await _request(s, run)
+            request = await generation_request(s, run)
             prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
             await run_records.set_prompt_tokens(s, run, prompt_tokens)
         return run, request
@@ -353,38 +368,3 @@ class Worker:
         for run_id, progress in before.items():
             if run_id not in held and self._active.get(run_id) is progress:
                 await self._lose(run_id, progress)
-
-
-async def _request(s: AsyncSession, run: Run) -> GenerationRequest:
-    """What the engine is asked: a program's own messages and parameters, or the chat's
-    history up to the run's user message."""
-    if run.input is not None:
-        return program_request(run)
-    history = await run_records.history(s, run)
-    return GenerationRequest(
-        request_id=run.id,
-        model=run.model,
-        messages=[ChatMessage(m.role.value, m.content) for m in history],
-        max_tokens=run.max_tokens,
-        temperature=run.temperature,
-        priority=run.priority,
-        affinity_key=run.chat_id,  # every turn of a chat to the replica that holds its prefix
-    )
-
-
-def program_request(run: Run) -> GenerationRequest:
-    """A program's run: its own messages and sampling parameters."""
-    assert run.input is not None
-    given = RunInput.from_json(run.input)
-    return GenerationRequest(
-        request_id=run.id,
-        model=run.model,
-        messages=given.messages,
-        max_tokens=run.max_tokens,
-        temperature=run.temperature,
-        priority=run.priority,
-        stop=given.stop,
-        top_p=given.top_p if given.top_p is not None else 1.0,
-        seed=given.seed,
-        affinity_key=run.chat_id or given.affinity_key(run.user_id),
-    )

@@ -1,7 +1,7 @@
 """The prompt a chat's next run will send, known before the run is made: the admission's
 budget reservation counts it (``parley.qos.costs``).
 
-It must be the very messages the worker sends (``runs.worker._request`` over
+It must be the very messages the worker sends (``runs.generation.generation_request`` over
 ``run_records.history``): the same rows (the newest ``HISTORY_LIMIT``, the new user message
 one of them), the same exclusions, the same order. A message still in progress now may have
 ended by the time the run is claimed; the worker's prompt then holds it, and settlement

@@ -34,24 +34,31 @@ class _QueueOps(_MemoryOps):
             heapq.heappush(self._heap, (-item.priority, order, item.run_id))
             self._queue_changed.notify()
 
-    async def dequeue(self, timeout: float) -> QueuedRun | None:
+    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
         async with self._queue_changed:
-            if not self._has_work():
+            if not self._has_work(min_priority):
                 try:
-                    waiting = self._queue_changed.wait_for(self._has_work)
+                    waiting = self._queue_changed.wait_for(lambda: self._has_work(min_priority))
                     await asyncio.wait_for(waiting, max(timeout, 0))
                 except TimeoutError:
                     return None
             while self._heap:
-                _, order, run_id = heapq.heappop(self._heap)
+                entry = heapq.heappop(self._heap)
+                _, order, run_id = entry
                 queued = self._queued.get(run_id)
-                if queued is not None and queued[1] == order:
-                    del self._queued[run_id]
-                    return QueuedRun(run_id, queued[0])
+                if queued is None or queued[1] != order:
+                    continue  # removed, or queued again since
+                if queued[0] < min_priority:  # the best queued is below it: nothing is
+                    heapq.heappush(self._heap, entry)
+                    return None
+                del self._queued[run_id]
+                return QueuedRun(run_id, queued[0])
             return None
 
-    def _has_work(self) -> bool:
-        return bool(self._queued)
+    def _has_work(self, min_priority: int = 0) -> bool:
+        if min_priority <= 0:
+            return bool(self._queued)
+        return any(priority >= min_priority for priority, _ in self._queued.values())
 
     async def remove(self, run_id: str) -> bool:
         async with self._queue_changed:

@@ -14,6 +14,8 @@ Priorities must be in ``PRIORITY_MIN..PRIORITY_MAX`` (0..1000); others raise Val
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -70,8 +72,23 @@ end
 """
 
 
+# KEYS: queue zset. ARGV: the score that starts the bands too low. Pops and returns {run id,
+# score} of the first run below it, or nothing.
+_POP_BELOW = """
+local first = redis.call(
+  'ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1)
+if #first == 0 then
+  return false
+end
+redis.call('ZREM', KEYS[1], first[1])
+return first
+"""
+PRIORITY_POLL_SECONDS = 0.02
+
+
 class _QueueOps(_RedisOps):
     _enqueue = _LuaScript(_ENQUEUE)
+    _pop_below = _LuaScript(_POP_BELOW)
     _depth_by_priority = _LuaScript(_DEPTH_BY_PRIORITY)
 
     @property
@@ -96,12 +113,29 @@ class _QueueOps(_RedisOps):
         if int(outcome) < 0:
             raise QueueFull("the run queue is full", retry_after=1.0)
 
-    async def dequeue(self, timeout: float) -> QueuedRun | None:
+    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
+        if min_priority > PRIORITY_MIN:
+            return await self._dequeue_at_least(min_priority, timeout)
         if timeout > 0:
             popped = await self._redis.bzpopmin([self._queue_key], _block_seconds(timeout))
             return None if not popped else _queued(popped[1], popped[2])
         popped_runs = _scored(await self._redis.zpopmin(self._queue_key))
         return popped_runs[0] if popped_runs else None
+
+    async def _dequeue_at_least(self, min_priority: int, timeout: float) -> QueuedRun | None:
+        """A run of at least ``min_priority``: polled (a blocking pop cannot skip the lower
+        bands), every ``PRIORITY_POLL_SECONDS`` until ``timeout``."""
+        below = (PRIORITY_MAX - min(min_priority, PRIORITY_MAX) + 1) * 2**SEQ_BITS
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            reply = await self._pop_below(keys=[self._queue_key], args=[below])
+            if reply:
+                pair = cast(Sequence[object], reply)
+                return _queued(pair[0], pair[1])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            await asyncio.sleep(min(PRIORITY_POLL_SECONDS, left))
 
     async def remove(self, run_id: str) -> bool:
         return bool(await self._redis.zrem(self._queue_key, run_id))
