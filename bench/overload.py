@@ -1,6 +1,7 @@
 """Quality of service under overload (issue 12): parley's admission beside a FIFO baseline.
 
-    python bench/overload.py [--duration 20] [--slots 16] [--load 2] [--pro-share 0.2]
+    python bench/overload.py [--duration 20] [--slots 32] [--load 2] [--pro-share 0.2]
+                             [--reserved-slots 2] [--free-max-load 1.1]
                              [--modes baseline,admission] [--seed 12] [--json PATH]
 
 One run starts ``parley serve`` (SQLite, in-process bus, the fake engine with ``--slots``
@@ -10,7 +11,8 @@ slots) once per mode, each fresh, and plays the same seeded schedule against eac
   per-user limits and token budgets out of reach, a queue that never fills;
 * ``admission``: parley's admission as an operator would set it: free at priority 0 with
   ``max_load`` = ``--free-max-load`` and one run at a time per user, pro at priority 2 with
-  no ``max_load`` (refused only when the queue is full) and 8 runs per user. Budgets stay
+  no ``max_load`` (refused only when the queue is full) and 8 runs per user, and the
+  worker's ``reserved_slots`` = ``--reserved-slots`` kept for pro. Budgets stay
   out of reach in both modes: they are a different mechanism (a user's quota, not the
   model's load). The whole difference is ``modes()`` below; a field the parley under test
   does not know yet (``max_load`` before it lands) is left out and the mode's label says so.
@@ -54,18 +56,19 @@ the refusals' latency is read.
 Goals (issue 12), judged per mode: pro served ≥ 99.9 % with TTFT p99 ≤ 2 x unloaded; free
 refused in < 20 ms p99; engine busy ≥ 95 %.
 
-Why ``--free-max-load`` 0.9 by default. A free run is admitted while one more keeps the
-model's load ((queued + running) ÷ slots) within ``max_load``: at 0.9 and 16 slots, free runs
-fill up to 14 slots and the last 2 are headroom for pro's arrivals. The goals pull against
-each other in an engine of fixed slots: pro's TTFT needs a slot free when a pro run arrives
-(headroom: ``max_load`` < 1), while a busy engine needs every freed slot refilled at once,
-that is free runs waiting (``max_load`` > 1): a shed run waits nowhere, so a slot freed under
-the threshold idles until the next free arrival (~30 ms at ~32 free arrivals a second, of a
-~740 ms run). Measured at 16 slots (bench/README.md): 0.85 leaves the engine ~80 % busy with
-pro's TTFT p99 ~1.8-2.7x unloaded; 0.9 ~85 % and ~2-3.5x; 1.0 ~93-95 % and ~4-4.5x; 1.1
-~96 % and ~4-5.7x. No threshold meets both goals at this size; 0.9 puts pro's promise first
-(all served, TTFT p99 near 2x) and gives up ~15 % of the engine. More slots per run length
-should narrow the gap (a slot frees more often; ``--slots``), at more CPU per second.
+Why these defaults: 32 slots, ``--reserved-slots`` 2, ``--free-max-load`` 1.1. Pro's TTFT
+needs a slot free the moment a pro run arrives; a busy engine needs every freed slot
+refilled at once, which means free runs waiting in the queue. Shedding alone cannot give
+both (a shed run waits nowhere, so a slot freed under the threshold idles until the next
+free arrival; at 16 slots and no reserve: ``max_load`` 0.85 left the engine ~80 % busy with
+pro's TTFT p99 ~1.8-2.7x unloaded, 0.9 ~85 % and ~2-3.5x, 1.0 ~93-95 % and ~4-4.5x, 1.1
+~96 % and ~4-5.7x). So admission keeps free runs queued (``max_load`` above 1) and the
+worker keeps ``reserved_slots`` for the top tier at dispatch: a free run starts only while
+more than that many slots are free, so an arriving pro run finds one. The reserve costs at
+most its share of the slots (2 of 32: the engine is at most ~94 % busy on free runs when no
+pro run uses it); a pro run still waits when more pro runs arrive within one slot's turnover
+(a run's time ÷ slots: ~23 ms at 32 slots) than the reserve holds, hence more slots per
+run's length help (``--slots``).
 
 Machine: everything (parley, this client) shares the 2 cores. The defaults (16 slots, TTFT
 50 ms, 30 ms between tokens: ~530 tokens/s, ~22 runs/s served, ~43 offered) kept parley's
@@ -111,7 +114,8 @@ _ROOMY = {
     "max_output_tokens": 512,
     "max_queue_wait_seconds": 600,
 }
-FREE_MAX_LOAD = 0.9
+FREE_MAX_LOAD = 1.1
+RESERVED_SLOTS = 2
 
 
 def modes(free_max_load: float) -> dict[str, dict[str, dict[str, Any]]]:
@@ -230,9 +234,12 @@ def supported(tiers: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any
     return kept, dropped
 
 
-def parley_config(path: Path, w: Workload, tiers: dict[str, dict[str, Any]]) -> Path:
+def parley_config(
+    path: Path, w: Workload, tiers: dict[str, dict[str, Any]], reserved_slots: int
+) -> Path:
     lines = [
         "# bench/overload.py",
+        f"reserved_slots = {reserved_slots}",
         'default_tier = "free"',
         f"default_max_tokens = {w.max_tokens}",
         "queue_max = 100000",
@@ -535,10 +542,11 @@ async def run_mode(
     w: Workload,
     arrivals: list[Arrival],
     tmp: Path,
+    reserved_slots: int = 0,
 ) -> ModeRun:
     kept, dropped = supported(tiers)
     label = name if not dropped else f"{name} (without {', '.join(dropped)}: not in this parley)"
-    config = parley_config(tmp / f"{name}.toml", w, kept)
+    config = parley_config(tmp / f"{name}.toml", w, kept, reserved_slots)
     stack = start_stack("serve", {}, tmp, args=["--config", str(config)])
     try:
         return await _measure(stack, name, label, w, arrivals)
@@ -864,7 +872,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, ModeFigures] = {}
     with tempfile.TemporaryDirectory(prefix="parley-overload-") as tmp:
         for name in names:
-            run = await run_mode(name, every[name], w, arrivals, Path(tmp))
+            reserved = args.reserved_slots if name == "admission" else 0
+            run = await run_mode(name, every[name], w, arrivals, Path(tmp), reserved)
             figures[name] = mode_figures(run, w)
     if args.json != "-":
         report(figures, w)
@@ -877,7 +886,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=20, help="s of loaded arrivals")
-    parser.add_argument("--slots", type=int, default=16, help="the fake engine's")
+    parser.add_argument("--slots", type=int, default=32, help="the fake engine's")
     parser.add_argument("--ttft-ms", type=float, default=50)
     parser.add_argument("--itl-ms", type=float, default=30)
     parser.add_argument("--tokens", default="16-32", help="a run's length: N or LOW-HIGH")
@@ -888,6 +897,9 @@ def main() -> None:
     parser.add_argument("--unloaded", type=int, default=20, help="requests per tier")
     parser.add_argument("--warmup", type=int, default=10, help="unrecorded, before those")
     parser.add_argument("--free-max-load", type=float, default=FREE_MAX_LOAD)
+    parser.add_argument(
+        "--reserved-slots", type=int, default=RESERVED_SLOTS, help="kept for pro (admission)"
+    )
     parser.add_argument("--modes", default="baseline,admission")
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--json", default="", help="write the figures to PATH (-: stdout only)")

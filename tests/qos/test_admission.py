@@ -255,9 +255,12 @@ async def test_the_top_tier_finds_its_reserved_slot_free(
 
     async def started(run_id: str) -> bool:
         run = (await run_client.get(f"/api/runs/{run_id}", headers=pro)).json()
-        return run["status"] == "running"
+        return bool(run["status"] == "running")
 
-    await eventually(lambda: started(top), "the pro run to start in the reserved slot")
+    async def top_started() -> bool:
+        return await started(top)
+
+    await eventually(top_started, "the pro run to start in the reserved slot")
     assert engine.busy_slots == 4
     second = (await post(run_client, pro, pro_chat)).json()["run_id"]
     await asyncio.sleep(0.3)

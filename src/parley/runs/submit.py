@@ -105,6 +105,7 @@ class Submitter:
         self._settings = settings
         self._models = models
         self._handoff: Handoff | None = None
+        self._top = max(t.priority for t in settings.tiers.values())
 
     @property
     def _lease(self) -> timedelta:
@@ -209,7 +210,7 @@ class Submitter:
             if existing is None:
                 raise
             return existing
-        worker_id = self._handoff.take(new.priority) if self._handoff and not queued else None
+        worker_id = self._handoff_slot(new, queued)
         if worker_id is not None:
             new = self._counted(new)
         try:
@@ -227,6 +228,15 @@ class Submitter:
         if self._metrics is not None:
             self._metrics.run_admitted(run)
         return await self._start(run, worker_id)
+
+    def _handoff_slot(self, new: new_runs.NewRun, queued: int) -> str | None:
+        """This process's worker's slot for the run if it may skip the queue: nothing is
+        queued, or it is the top tier's (whose queued runs would hold a free slot already)."""
+        if self._handoff is None:
+            return None
+        if queued and new.priority < self._top:
+            return None
+        return self._handoff.take(new.priority)
 
     def _counted(self, new: new_runs.NewRun) -> new_runs.NewRun:
         """A program's run handed off carries its prompt's length from birth (as a claim
@@ -373,19 +383,15 @@ def _allows(tier: TierSettings, model: str) -> bool:
 
 
 def _program_hash(req: ProgramRequest, encoded_input: str) -> str:
-    body = json.dumps(
-        {
-            "input": encoded_input,
-            "model": req.model,
-            "max_tokens": req.max_tokens,
-            "temperature": req.temperature,
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+    fields = {"max_tokens": req.max_tokens, "temperature": req.temperature}
+    return _digest({"input": encoded_input, "model": req.model, **fields})
 
 
 def _request_hash(chat_id: str, req: SendRequest) -> str:
-    body = json.dumps({"chat_id": chat_id, **asdict(req)}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+    return _digest({"chat_id": chat_id, **asdict(req)})
+
+
+def _digest(body: dict[str, object]) -> str:
+    """A request's fingerprint: its fields as canonical JSON, hashed."""
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
