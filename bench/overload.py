@@ -70,10 +70,10 @@ pro run uses it); a pro run still waits when more pro runs arrive within one slo
 (a run's time ÷ slots: ~23 ms at 32 slots) than the reserve holds, hence more slots per
 run's length help (``--slots``).
 
-Machine: everything (parley, this client) shares the 2 cores. The defaults (16 slots, TTFT
-50 ms, 30 ms between tokens: ~530 tokens/s, ~22 runs/s served, ~43 offered) kept parley's
-process at 17-34 % of a core and this client at 11-19 % here; the report's CPU columns
-show it for each run, and it warns when the machine itself was busy.
+Machine: everything (parley, this client) shares the 2 cores. The defaults (32 slots, TTFT
+50 ms, 30 ms between tokens: ~1,000 tokens/s, ~40 runs/s served, ~83 offered) kept parley's
+process at 29-40 % of a core and this client at 17-26 % here; the report's CPU columns show
+it for each run, and it warns when the machine itself was busy.
 """
 
 from __future__ import annotations
