@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,3 +106,17 @@ class Cluster:
         self.procs.append(proc)
         proc.wait_log("taking runs")
         return proc
+
+
+def cluster_env(postgres_url: str, redis_url: str, **settings: str) -> dict[str, str]:
+    """The environment of a split stack's processes (Postgres, Redis under a namespace of
+    its own, the fake engine), with ``settings`` (``PARLEY_*`` names) over the defaults."""
+    return {
+        "PARLEY_DATABASE_URL": postgres_url,
+        "PARLEY_REDIS_URL": redis_url,
+        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
+        "PARLEY_ENGINE": "fake",
+        "PARLEY_LEASE_SECONDS": "2",
+        "PARLEY_SWEEP_INTERVAL_SECONDS": "0.5",
+        **settings,
+    }

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from tests.builders import BACKENDS, REDIS_URL, truncate
-from tests.processes import Cluster
+from tests.processes import Cluster, cluster_env
 from tests.sse import events
 from tests.waiting import eventually
 
@@ -41,18 +40,15 @@ TIERS = {
 @pytest.fixture
 def cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
     asyncio.run(truncate(postgres_url))
-    env = {
-        "PARLEY_DATABASE_URL": postgres_url,
-        "PARLEY_REDIS_URL": REDIS_URL,
-        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
-        "PARLEY_ENGINE": "fake",
-        "PARLEY_TIERS": json.dumps(TIERS),
-        "PARLEY_LEASE_SECONDS": str(LEASE),
-        "PARLEY_SWEEP_INTERVAL_SECONDS": "0.5",
-        "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": "20",
-        "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": "100",
-        "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": "150",
-    }
+    env = cluster_env(
+        postgres_url,
+        REDIS_URL,
+        PARLEY_TIERS=json.dumps(TIERS),
+        PARLEY_LEASE_SECONDS=str(LEASE),
+        PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="20",
+        PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS="100",
+        PARLEY_FAKE_ENGINE__OUTPUT_TOKENS="150",
+    )
     c = Cluster(env, tmp_path)
     yield c
     for proc in c.procs:

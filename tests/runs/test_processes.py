@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -15,7 +14,7 @@ import pytest
 import redis
 
 from tests.builders import BACKENDS, REDIS_URL, truncate
-from tests.processes import Cluster
+from tests.processes import Cluster, cluster_env
 from tests.sse import Event, events, text_of
 from tests.waiting import eventually
 
@@ -28,18 +27,14 @@ pytestmark = [
 @pytest.fixture
 def cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
     asyncio.run(truncate(postgres_url))
-    env = {
-        "PARLEY_DATABASE_URL": postgres_url,
-        "PARLEY_REDIS_URL": REDIS_URL,
-        "PARLEY_REDIS_NAMESPACE": f"test-{uuid.uuid4().hex[:10]}",
-        "PARLEY_ENGINE": "fake",
-        "PARLEY_LEASE_SECONDS": "2",
-        "PARLEY_SWEEP_INTERVAL_SECONDS": "0.5",
-        "PARLEY_REQUEUE_STALE_AFTER_SECONDS": "3",
-        "PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS": "20",
-        "PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS": "40",
-        "PARLEY_FAKE_ENGINE__OUTPUT_TOKENS": "60",
-    }
+    env = cluster_env(
+        postgres_url,
+        REDIS_URL,
+        PARLEY_REQUEUE_STALE_AFTER_SECONDS="3",
+        PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="20",
+        PARLEY_FAKE_ENGINE__INTER_TOKEN_LATENCY_MS="40",
+        PARLEY_FAKE_ENGINE__OUTPUT_TOKENS="60",
+    )
     c = Cluster(env, tmp_path)
     yield c
     for proc in c.procs:
