@@ -286,3 +286,19 @@ async def test_a_binding_holds_in_the_tasks_started_under_it_and_ends_with_its_b
 )
 def test_the_trace_id_of_a_traceparent_header(header: str | None, trace_id: str | None) -> None:
     assert logs.trace_id_of(header) == trace_id
+
+
+@pytest.mark.slow
+def test_log_level_warning_quiets_the_access_lines_too(tmp_path: Path) -> None:
+    port = free_port()
+    args = ["serve", "--engine", "fake", "--data-dir", str(tmp_path), "--port", str(port)]
+    proc = Parley(["--log-level", "WARNING", *args], env={}, log=tmp_path / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_ready(base)
+        for _ in range(3):
+            assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+    finally:
+        proc.stop()
+    lines = json_lines(proc.log)
+    assert not [line for line in lines if line["level"] in ("DEBUG", "INFO")], lines

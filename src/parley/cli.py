@@ -189,7 +189,8 @@ async def _http(settings: Settings, *, worker: bool) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        log_level="info",
+        # uvicorn sets its own loggers to this level: the one --log-level gave the root's
+        log_level=logging.getLogger().getEffectiveLevel(),
         log_config=None,  # uvicorn's lines go to the root logger, in parley's format
         lifespan="on",
         proxy_headers=False,
