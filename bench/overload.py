@@ -115,7 +115,7 @@ _ROOMY = {
     "max_queue_wait_seconds": 600,
 }
 FREE_MAX_LOAD = 1.1
-RESERVED_SLOTS = 2
+RESERVED_SLOTS = 3
 
 
 def modes(free_max_load: float) -> dict[str, dict[str, dict[str, Any]]]:
@@ -886,9 +886,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=20, help="s of loaded arrivals")
-    parser.add_argument("--slots", type=int, default=32, help="the fake engine's")
+    parser.add_argument("--slots", type=int, default=96, help="the fake engine's")
     parser.add_argument("--ttft-ms", type=float, default=50)
-    parser.add_argument("--itl-ms", type=float, default=30)
+    parser.add_argument("--itl-ms", type=float, default=90)
     parser.add_argument("--tokens", default="16-32", help="a run's length: N or LOW-HIGH")
     parser.add_argument("--load", type=float, default=2.0, help="offered ÷ capacity")
     parser.add_argument("--pro-share", type=float, default=0.2, help="of the arrivals")

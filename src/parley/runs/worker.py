@@ -22,13 +22,14 @@ it starts and one when it ends (ids, counts and status, never the conversation).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 from datetime import timedelta
 
 from parley import logs
-from parley.bus.interface import Bus, QueuedRun, RunEvent, StaleAttempt
+from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
 from parley.config import Settings
 from parley.domain import RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
@@ -113,7 +114,7 @@ class Worker:
                 log.exception("dequeue failed; retrying")
                 await asyncio.sleep(1.0)
                 continue
-            if item is None:
+            if item is None or not await self._fits(item):
                 self._slots.release()
                 continue
             task = asyncio.create_task(self._execute(item))
@@ -149,6 +150,16 @@ class Worker:
                 log.exception("run %s failed in the worker", item.run_id)
             finally:
                 self._slots.release()
+
+    async def _fits(self, item: QueuedRun) -> bool:
+        """Whether the run dequeued may take the slot held for it: a lower tier's run that
+        was waited for outside the reserve, while top-tier runs were handed the slots it
+        would leave, goes back to the queue (at the back of its tier's runs)."""
+        if item.priority >= self._top or not self._in_reserve(self._slots._value + 1):
+            return True
+        with contextlib.suppress(QueueFull):  # else the sweeper queues it again
+            await self._bus.enqueue(item)
+        return False
 
     def _in_reserve(self, free: int) -> bool:
         """Whether a slot taken with ``free`` slots free is one of the top tier's reserve."""
