@@ -1,7 +1,7 @@
 """Quality of service under overload (issue 12): parley's admission beside a FIFO baseline.
 
-    python bench/overload.py [--duration 20] [--slots 32] [--load 2] [--pro-share 0.2]
-                             [--reserved-slots 2] [--free-max-load 1.1]
+    python bench/overload.py [--duration 20] [--slots 96] [--itl-ms 90] [--load 2]
+                             [--pro-share 0.2] [--reserved-slots 3] [--free-max-load 1.1]
                              [--modes baseline,admission] [--seed 12] [--json PATH]
 
 One run starts ``parley serve`` (SQLite, in-process bus, the fake engine with ``--slots``
@@ -56,23 +56,25 @@ the refusals' latency is read.
 Goals (issue 12), judged per mode: pro served ≥ 99.9 % with TTFT p99 ≤ 2 x unloaded; free
 refused in < 20 ms p99; engine busy ≥ 95 %.
 
-Why these defaults: 32 slots, ``--reserved-slots`` 2, ``--free-max-load`` 1.1. Pro's TTFT
-needs a slot free the moment a pro run arrives; a busy engine needs every freed slot
-refilled at once, which means free runs waiting in the queue. Shedding alone cannot give
-both (a shed run waits nowhere, so a slot freed under the threshold idles until the next
-free arrival; at 16 slots and no reserve: ``max_load`` 0.85 left the engine ~80 % busy with
-pro's TTFT p99 ~1.8-2.7x unloaded, 0.9 ~85 % and ~2-3.5x, 1.0 ~93-95 % and ~4-4.5x, 1.1
-~96 % and ~4-5.7x). So admission keeps free runs queued (``max_load`` above 1) and the
-worker keeps ``reserved_slots`` for the top tier at dispatch: a free run starts only while
-more than that many slots are free, so an arriving pro run finds one. The reserve costs at
-most its share of the slots (2 of 32: the engine is at most ~94 % busy on free runs when no
-pro run uses it); a pro run still waits when more pro runs arrive within one slot's turnover
-(a run's time ÷ slots: ~23 ms at 32 slots) than the reserve holds, hence more slots per
-run's length help (``--slots``).
+Why these defaults: 96 slots, 90 ms a token (a run of ~2.1 s), ``--reserved-slots`` 3,
+``--free-max-load`` 1.1. Pro's TTFT needs a slot free the moment a pro run arrives; a busy
+engine needs every freed slot refilled at once, which means free runs waiting in the queue.
+Shedding alone cannot give both (a shed run waits nowhere, so a slot freed under the
+threshold idles until the next free arrival; at 16 slots and no reserve: ``max_load`` 0.85
+left the engine ~80 % busy with pro's TTFT p99 ~1.8-2.7x unloaded, 1.0 ~93-95 % and
+~4-4.5x). So admission keeps free runs queued (``max_load`` above 1) and the worker keeps
+``reserved_slots`` for the top tier at dispatch: a free run starts only while more than that
+many slots are free, so an arriving pro run finds one. The reserve idles at most its share
+of the slots (3 of 96: ~3 %); a pro run still waits when more pro runs arrive within one
+slot's turnover (a run's time ÷ slots: ~22 ms here) than the reserve holds. Both goals
+need a reserve deep enough for pro's bursts and small beside the slots: at 32 slots
+(740 ms runs) reserve 2 gave busy ~92 % and pro p99 2.0-2.75x, reserve 4 busy 85 % and
+1.15x; at 64 slots reserve 3 busy 94.6 % and 1.93x; at 96 both goals are met (bench/README.md).
+Real engines batch more sequences than that (vLLM's default is 256).
 
-Machine: everything (parley, this client) shares the 2 cores. The defaults (32 slots, TTFT
-50 ms, 30 ms between tokens: ~1,000 tokens/s, ~40 runs/s served, ~83 offered) kept parley's
-process at 29-40 % of a core and this client at 17-26 % here; the report's CPU columns show
+Machine: everything (parley, this client) shares the 2 cores. The defaults (96 slots, TTFT
+50 ms, 90 ms between tokens: ~1,050 tokens/s, ~42 runs/s served, ~87 offered) kept parley's
+process at ~40 % of a core and this client at ~23 % here; the report's CPU columns show
 it for each run, and it warns when the machine itself was busy.
 """
 
