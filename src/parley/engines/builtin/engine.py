@@ -58,6 +58,7 @@ class BuiltinEngine:
         self.config = config or BuiltinEngineConfig()
         self.name = loaded.name
         self.tokenizer: TextTokenizer = loaded.tokenizer
+        self.context_window = loaded.config.max_position_embeddings
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
@@ -84,17 +85,30 @@ class BuiltinEngine:
         )
         return self.tokenizer.encode(text)
 
+    def _room(self, prompt_tokens: int, max_tokens: int) -> int:
+        """The output a prompt leaves within the model's context window (its positions: past
+        them the model has no rotary angles, and a step would fail every sequence in it).
+        A prompt that fills the window is refused: ContextLengthExceeded."""
+        room = self.context_window - prompt_tokens
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt is {prompt_tokens} tokens; model {self.name!r} reads at most "
+                f"{self.context_window} (its context window), the answer included"
+            )
+        return min(max_tokens, room)
+
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return len(self.prompt_ids(messages))
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_started()
         temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        prompt = self.prompt_ids(request.messages)
         seq = Sequence(
             seq_id=request.request_id,
-            prompt=self.prompt_ids(request.messages),
+            prompt=prompt,
             params=SamplingParams(
-                max_tokens=request.max_tokens,
+                max_tokens=self._room(len(prompt), request.max_tokens),
                 temperature=temperature,
                 top_p=request.top_p,
                 seed=request.seed,
