@@ -100,3 +100,7 @@ def test_an_answer_from_the_downgrade_model_says_so(
     )
     expect(message).to_have_attribute("data-status", "completed")
     shot(page, "12-downgraded-answer")
+    page.reload()  # the stored answer still says so
+    expect(answer(page).locator(".message-downgrade")).to_have_text(
+        "Answered by parley-fake: big is busy right now."
+    )

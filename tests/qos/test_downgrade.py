@@ -16,7 +16,7 @@ from tests.fleet.servers import EngineReplica
 from tests.helpers import assert_error
 from tests.observability.test_metrics import scrape, total
 from tests.qos.test_admission import ROOMY, on_tier, post, slots_offered
-from tests.runs.helpers import new_chat, wait_run
+from tests.runs.helpers import new_chat, stored_message, wait_run
 from tests.sse import collect
 
 pytestmark = pytest.mark.slow
@@ -88,6 +88,8 @@ async def test_a_busy_model_serves_a_tier_by_its_downgrade_model(
     assert (accepted["model"], accepted["downgraded_from"]) == (FAKE_MODEL, BIG)
     run = await wait_run(run_client, free, accepted["run_id"])
     assert (run["status"], run["model"], run["downgraded_from"]) == ("completed", FAKE_MODEL, BIG)
+    stored = await stored_message(run_client, free, free_chat, accepted["message_id"])
+    assert (stored["model"], stored["downgraded_from"]) == (FAKE_MODEL, BIG)
     for r in pro_runs:
         await wait_run(run_client, pro, r.json()["run_id"])
     assert big_replica.served() == served_before + 2  # the pro runs', not the downgraded one

@@ -198,6 +198,9 @@ class MessageOut(BaseModel):
     status: MessageStatus
     run_id: str | None
     model: str | None
+    downgraded_from: str | None = Field(
+        None, description="An answer's model asked for, when a busy service downgraded it."
+    )
     token_count: int | None
     created_at: datetime
     updated_at: datetime

@@ -166,6 +166,7 @@ async def _add_message(
             status=MessageStatus.COMPLETED if user else MessageStatus.IN_PROGRESS,
             run_id=run_id,
             model=None if user else new.model,
+            downgraded_from=None if user else new.downgraded_from,
             created_at=now,
             updated_at=now,
         ),

@@ -146,6 +146,8 @@ class Message(Base):
     status: Mapped[MessageStatus] = mapped_column(str_enum(MessageStatus, "message_status"))
     run_id: Mapped[str | None] = mapped_column(ID)
     model: Mapped[str | None] = mapped_column(String(200))
+    # an answer's model asked for, when a busy service answered with its downgrade model
+    downgraded_from: Mapped[str | None] = mapped_column(String(200))
     token_count: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

@@ -35,6 +35,7 @@ export class MessageView {
     );
     this.setIds(message);
     this.setStatus(message.status || "completed");
+    if (message.downgraded_from) this.setDowngraded(message.model, message.downgraded_from);
     this.render();
   }
 

@@ -1,4 +1,5 @@
-"""runs: the model a run asked for when load shedding served it by a downgrade model
+"""runs and messages: the model a run asked for when load shedding served it by a downgrade
+model
 
 Revision ID: 0006
 Revises: 0005
@@ -17,10 +18,14 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("downgraded_from", sa.String(length=200), nullable=True))
+    for table in ("runs", "messages"):
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.add_column(
+                sa.Column("downgraded_from", sa.String(length=200), nullable=True)
+            )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("downgraded_from")
+    for table in ("messages", "runs"):
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.drop_column("downgraded_from")
