@@ -36,8 +36,8 @@ TIERS = {
 
 @pytest.fixture(scope="module")
 def big_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineReplica]:
-    """The big model's one server: answers slowly (3 s to the first token)."""
-    replica = EngineReplica(tmp_path_factory.mktemp("big"), "big", time_to_first_token_ms=3000)
+    """The big model's one server: answers slowly (6 s to the first token)."""
+    replica = EngineReplica(tmp_path_factory.mktemp("big"), "big", time_to_first_token_ms=6000)
     yield replica
     replica.stop()
 
@@ -56,7 +56,7 @@ def run_overrides(big_replica: EngineReplica, tmp_path: Path) -> dict[str, Any]:
             },
             {"name": FAKE_MODEL, "engine": "fake"},
         ],
-        "fake_engine": {"time_to_first_token_ms": 1000, "inter_token_latency_ms": 1, "slots": 1},
+        "fake_engine": {"time_to_first_token_ms": 4000, "inter_token_latency_ms": 1, "slots": 1},
     }
 
 
