@@ -51,7 +51,7 @@ async def test_a_prompt_that_fills_the_window_is_refused_and_harms_no_other_run(
 ) -> None:
     beside = asyncio.create_task(answer(engine, asking("short", "hello", 40)))
     too_long = asking("long", "a" * WINDOW, 8)
-    with pytest.raises(ContextLengthExceeded, match=f"reads at most {WINDOW}") as refused:
+    with pytest.raises(ContextLengthExceeded, match=f"reads at most {WINDOW} tokens") as refused:
         await answer(engine, too_long)
     assert refused.value.code == "context_length_exceeded"
     deltas = await beside

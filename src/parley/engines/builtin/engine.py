@@ -93,7 +93,7 @@ class BuiltinEngine:
         if room <= 0:
             raise ContextLengthExceeded(
                 f"the prompt is {prompt_tokens} tokens; model {self.name!r} reads at most "
-                f"{self.context_window} (its context window), the answer included"
+                f"{self.context_window} tokens (its context window), the answer included"
             )
         return min(max_tokens, room)
 

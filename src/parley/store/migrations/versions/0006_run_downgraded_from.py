@@ -1,5 +1,4 @@
-"""runs and messages: the model a run asked for when load shedding served it by a downgrade
-model
+"""runs and messages: downgraded_from, the model asked for when shedding chose another
 
 Revision ID: 0006
 Revises: 0005
@@ -20,9 +19,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     for table in ("runs", "messages"):
         with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.add_column(
-                sa.Column("downgraded_from", sa.String(length=200), nullable=True)
-            )
+            batch_op.add_column(sa.Column("downgraded_from", sa.String(length=200), nullable=True))
 
 
 def downgrade() -> None:
