@@ -80,3 +80,16 @@ async def test_the_api_shape_builds_everything_but_an_engine(
         assert [t.get_name() for t in svc._tasks] == ["sweeper"]
     finally:
         await svc.close(grace=0)
+
+
+def test_a_downgrade_model_that_is_not_served_is_refused_at_start_up(tmp_path: Path) -> None:
+    from parley.errors import ConfigurationError
+    from parley.tiers import default_tiers
+
+    free = {**default_tiers()["free"].model_dump(), "downgrade_model": "tiny"}
+    settings = load_settings(data_dir=tmp_path, engine="fake", tiers={"free": free})
+    with pytest.raises(ConfigurationError, match=r"downgrade_model 'tiny' is not one of"):
+        services_module.build_services(settings)
+    served = {**free, "downgrade_model": "parley-fake"}
+    ok = load_settings(data_dir=tmp_path, engine="fake", tiers={"free": served})
+    services_module.build_services(ok)  # the fake engine's model: fine

@@ -115,9 +115,10 @@ def build_services(
     engine: Engine | None = None,
 ) -> Services:
     """Everything one process needs; ``worker=True`` adds an engine and a worker."""
+    models = configured_models(settings)
+    check_downgrades(settings, models)
     db = Database(settings.resolved_database_url, echo=settings.database_echo)
     bus = bus or build_bus(settings)
-    models = configured_models(settings)
     budget = Budget(bus, settings)
     metrics = build_metrics(settings)
     admission = Admission(bus, settings, metrics=metrics)
@@ -153,6 +154,16 @@ async def checked_services(settings: Settings, *, worker: bool) -> Services:
     if worker:
         add_worker(services)
     return services
+
+
+def check_downgrades(settings: Settings, models: list[str]) -> None:
+    """Every tier's ``downgrade_model`` is a model this service serves (at start-up)."""
+    for name, tier in settings.tiers.items():
+        if tier.downgrade_model is not None and tier.downgrade_model not in models:
+            raise ConfigurationError(
+                f"tier {name!r}: downgrade_model {tier.downgrade_model!r} is not one of the "
+                f"models served ({', '.join(models)})"
+            )
 
 
 def builtin_tokenizer(engine: Engine) -> TextTokenizer | None:
