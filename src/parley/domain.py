@@ -21,6 +21,17 @@ class MessageStatus(StrEnum):
     REJECTED = "rejected"
 
 
+def in_prompt(role: MessageRole, status: MessageStatus, content: str) -> bool:
+    """Whether a message of the history goes into a prompt: the user's always; an answer
+    when it completed, or was cancelled after saying something (not while in progress,
+    nor failed or rejected)."""
+    return (
+        role is MessageRole.USER
+        or status is MessageStatus.COMPLETED
+        or (status is MessageStatus.CANCELLED and bool(content))
+    )
+
+
 class RunStatus(StrEnum):
     """The life of one generation: queued → running → one of TERMINAL."""
 

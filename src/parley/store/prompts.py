@@ -13,21 +13,10 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus, is_id
+from parley.domain import MessageRole, in_prompt, is_id
 from parley.engines.interface import ChatMessage
 from parley.store import chats, run_records
 from parley.store.schema import Message
-
-
-def usable(role: MessageRole, status: MessageStatus, content: str) -> bool:
-    """Whether a message of the history goes into a prompt: the user's always; an answer
-    when it completed, or was cancelled after saying something (not while in progress,
-    nor failed or rejected)."""
-    return (
-        role is MessageRole.USER
-        or status is MessageStatus.COMPLETED
-        or (status is MessageStatus.CANCELLED and bool(content))
-    )
 
 
 async def prompt_of_chat(
@@ -50,6 +39,6 @@ async def prompt_of_chat(
     earlier = [
         ChatMessage(role.value, text)
         for role, status, text in reversed(rows)
-        if usable(role, status, text)
+        if in_prompt(role, status, text)
     ]
     return [*earlier, ChatMessage(MessageRole.USER.value, content)]

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Update, bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, MessageStatus, RunStatus, is_id, utcnow
+from parley.domain import MessageStatus, RunStatus, in_prompt, is_id, utcnow
 from parley.errors import NotFound, no_such
 from parley.store.schema import Message, Run
 
@@ -146,14 +146,7 @@ async def history(s: AsyncSession, run: Run) -> list[Message]:
         .order_by(Message.seq.desc())
         .limit(HISTORY_LIMIT)
     )
-    usable = [
-        m
-        for m in rows
-        if m.role is MessageRole.USER
-        or m.status is MessageStatus.COMPLETED
-        or (m.status is MessageStatus.CANCELLED and m.content)
-    ]
-    return usable[::-1]
+    return [m for m in rows if in_prompt(m.role, m.status, m.content)][::-1]
 
 
 @dataclass(frozen=True, slots=True)
