@@ -65,3 +65,26 @@ async def test_an_answer_stops_at_the_end_of_the_window(engine: BuiltinEngine) -
     deltas = await answer(engine, request)
     assert deltas[-1].finish_reason is FinishReason.LENGTH
     assert sum(d.tokens for d in deltas) == WINDOW - prompt  # not 500: the window's room
+
+
+async def test_a_long_prompt_is_encoded_without_stopping_the_event_loop(
+    engine: BuiltinEngine,
+) -> None:
+    """3 MB of prompt (about a second to template and encode): the loop's other tasks run on
+    meanwhile (a ticker ticks), where encoding on the loop stopped them all that while."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    before = ticks
+    with pytest.raises(ContextLengthExceeded):  # far past the window: refused once counted
+        await answer(engine, asking("huge", "word " * 600_000, 4))
+    during = ticks - before
+    task.cancel()
+    assert during >= 5, during

@@ -42,6 +42,10 @@ class BuiltinEngineConfig:
     device: str | None = None
 
 
+# a prompt longer than this (characters) is templated and encoded off the event loop
+OFF_LOOP_CHARS = 8_000
+
+
 @dataclass(slots=True)
 class _Stream:
     seq: Sequence
@@ -85,6 +89,13 @@ class BuiltinEngine:
         )
         return self.tokenizer.encode(text)
 
+    async def _prompt(self, messages: list[ChatMessage]) -> list[int]:
+        """``prompt_ids``; a long prompt's in a thread (the encoder lets go of the GIL), so
+        the other runs' streams do not wait for it."""
+        if sum(len(m.content) for m in messages) <= OFF_LOOP_CHARS:
+            return self.prompt_ids(messages)
+        return await asyncio.to_thread(self.prompt_ids, messages)
+
     def _room(self, prompt_tokens: int, max_tokens: int) -> int:
         """The output a prompt leaves within the model's context window (its positions: past
         them the model has no rotary angles, and a step would fail every sequence in it).
@@ -103,7 +114,7 @@ class BuiltinEngine:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_started()
         temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
-        prompt = self.prompt_ids(request.messages)
+        prompt = await self._prompt(request.messages)
         seq = Sequence(
             seq_id=request.request_id,
             prompt=prompt,
