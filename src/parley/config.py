@@ -316,6 +316,11 @@ class Settings(BaseSettings):
             if sum(m.engine is kind for m in self.models) > 1:
                 raise ValueError(f"at most one model may use the {kind.value} engine")
 
+    @property
+    def top_priority(self) -> int:
+        """The highest tier's priority: its runs alone may take a worker's reserved slots."""
+        return max(t.priority for t in self.tiers.values())
+
     def tier(self, name: str) -> TierSettings:
         """A tier's settings; a user on a tier no longer configured gets the default tier's."""
         return self.tiers.get(name) or self.tiers[self.default_tier]

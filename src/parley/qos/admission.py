@@ -133,8 +133,9 @@ class Admission:
         tier = self._settings.tier(new.tier)
         load = await self._bus.model_load(new.model, window=self._settings.load_window_seconds)
         excess = queued + 1 - self._settings.queue_max
-        wait = excess / load.drain_rate if load.drain_rate > 0 else tier.backoff.delay(1)
-        wait = min(max(1.0, wait), tier.backoff.max_seconds)
+        wait = min(
+            drain_wait(excess, load, fallback=tier.backoff.delay(1)), tier.backoff.max_seconds
+        )
         return QueueFull(
             f"the service is busy: the run queue is full; try again in {math.ceil(wait)} s",
             retry_after=wait,
@@ -164,7 +165,14 @@ class Admission:
 def retry_after(load: ModelLoad, max_load: float, *, fallback: float) -> float:
     """Seconds until the drain rate seen lately brings the load down to where one more run
     fits under ``max_load``; ``fallback`` when nothing drained lately (at least 1 s)."""
-    excess = load.in_flight + 1 - math.floor(max_load * load.slots)
+    return drain_wait(
+        load.in_flight + 1 - math.floor(max_load * load.slots), load, fallback=fallback
+    )
+
+
+def drain_wait(excess: int, load: ModelLoad, *, fallback: float) -> float:
+    """Seconds until ``excess`` runs have ended at the drain rate seen lately; ``fallback``
+    when nothing drained lately (at least 1 s either way)."""
     if load.drain_rate <= 0:
         return max(1.0, fallback)
     return max(1.0, excess / load.drain_rate)

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from parley.domain import RunStatus
 from parley.engines.interface import Delta, EngineError, FinishReason
 from parley.store.run_records import Outcome
+from parley.store.schema import Run
 
 
 @dataclass(slots=True)
 class Progress:
+    run: Run
     text: list[str] = field(default_factory=list)
     tokens: int = 0
     prompt_tokens: int | None = None

@@ -105,7 +105,6 @@ class Submitter:
         self._settings = settings
         self._models = models
         self._handoff: Handoff | None = None
-        self._top = max(t.priority for t in settings.tiers.values())
 
     @property
     def _lease(self) -> timedelta:
@@ -234,7 +233,7 @@ class Submitter:
         queued, or it is the top tier's (whose queued runs would hold a free slot already)."""
         if self._handoff is None:
             return None
-        if queued and new.priority < self._top:
+        if queued and new.priority < self._settings.top_priority:
             return None
         return self._handoff.take(new.priority)
 

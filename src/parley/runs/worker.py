@@ -73,12 +73,9 @@ class Worker:
         self._admission = admission
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
-        # the top tier's priority: only its runs may take the last ``reserved_slots`` slots
-        self._top = max(t.priority for t in settings.tiers.values())
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, Progress] = {}
-        self._running: dict[str, Run] = {}  # the runs of ``_active``, for their run slots
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -107,7 +104,7 @@ class Worker:
                 # freed meanwhile lets any run in
                 item = await self._bus.dequeue(
                     timeout=RESERVE_POLL_SECONDS if reserved else 1.0,
-                    min_priority=self._top if reserved else 0,
+                    min_priority=self._settings.top_priority if reserved else 0,
                 )
             except Exception:
                 self._slots.release()
@@ -155,7 +152,9 @@ class Worker:
         """Whether the run dequeued may take the slot held for it: a lower tier's run that
         was waited for outside the reserve, while top-tier runs were handed the slots it
         would leave, goes back to the queue (at the back of its tier's runs)."""
-        if item.priority >= self._top or not self._in_reserve(self._slots._value + 1):
+        if item.priority >= self._settings.top_priority or not self._in_reserve(
+            self._slots._value + 1
+        ):
             return True
         with contextlib.suppress(QueueFull):  # else the sweeper queues it again
             await self._bus.enqueue(item)
@@ -170,7 +169,7 @@ class Worker:
         lower tier's run never takes one of the top tier's reserve."""
         if self._stopping.is_set() or self._slots.locked():
             return None
-        if priority < self._top and self._in_reserve(self._slots._value):
+        if priority < self._settings.top_priority and self._in_reserve(self._slots._value):
             return None
         self._slots._value -= 1  # what acquire() does when a slot is free, without awaiting
         return self.worker_id
@@ -235,9 +234,8 @@ class Worker:
         return run, request
 
     async def _generate(self, run: Run, request: GenerationRequest) -> None:
-        progress = Progress()
+        progress = Progress(run)
         self._active[run.id] = progress
-        self._running[run.id] = run
         if self._metrics is not None:
             self._metrics.run_started(run)
         log.info("run %s started (attempt %d, model %s)", run.id, run.attempts, run.model)
@@ -252,7 +250,6 @@ class Worker:
             log.warning("the engine failed on run %s: %r", run.id, e)
         finally:
             self._active.pop(run.id, None)
-            self._running.pop(run.id, None)
             progress.over = True
             watcher.cancel()
         try:
@@ -328,8 +325,8 @@ class Worker:
 
     async def _watch_cancel(self, run: Run, progress: Progress) -> None:
         """Watch for a stop; first, beside the generation (not before it), make the run's
-        slot last one lease from now, renewed with the lease (``_refresh_slots``)."""
-        await self._hold_slot(run)
+        slot last one lease from now (renewed with the lease: ``_keep_leases``)."""
+        await self._refresh_slot(run)
         run_id = run.id
         wait = self._settings.lease_seconds
         while not progress.over:
@@ -346,7 +343,8 @@ class Worker:
             await asyncio.sleep(self._settings.lease_seconds / 3)
             if self._active:
                 await self.renew_leases()
-                await asyncio.gather(*(self._hold_slot(r) for r in list(self._running.values())))
+                running = [p.run for p in self._active.values()]
+                await asyncio.gather(*(self._refresh_slot(run) for run in running))
 
     async def _offer_slots(self) -> None:
         offers = slot_offers(self._settings, self.worker_id, self._concurrency)
@@ -358,7 +356,7 @@ class Worker:
         except Exception:
             log.exception("offering the engine's slots failed; retrying")
 
-    async def _hold_slot(self, run: Run) -> None:
+    async def _refresh_slot(self, run: Run) -> None:
         try:
             await self._admission.running(run)
         except Exception:
