@@ -53,6 +53,7 @@ from stacks import (
     Stack,
     ensure_database,
     free_port,
+    loop_runner,
     pct,
     start_stack,
     wait_ready,
@@ -583,12 +584,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=64, help="parley's replica slots")
     parser.add_argument("--targets", default=",".join(ALL_TARGETS))
     args = parser.parse_args()
-    try:
-        import uvloop  # optional: a faster client loop when installed (as the upstream's)
-    except ImportError:
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
+    runner = loop_runner()
     with contextlib.suppress(KeyboardInterrupt):
         runner(main_async(args))
 

@@ -97,7 +97,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from stacks import Stack, pct, start_stack
+from stacks import Stack, loop_runner, pct, start_stack
 
 MODEL = "parley-fake"
 RUN_ID_HEADER = "x-parley-run-id"
@@ -906,12 +906,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--json", default="", help="write the figures to PATH (-: stdout only)")
     args = parser.parse_args()
-    try:
-        import uvloop  # a lighter client loop when installed (parley depends on it)
-    except ImportError:
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
+    runner = loop_runner()
     with contextlib.suppress(KeyboardInterrupt):
         figures = runner(main_async(args))
         if args.json:

@@ -8,6 +8,7 @@ the tree under test.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -15,8 +16,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -34,6 +37,15 @@ burst_tokens = 100000000
 max_concurrent_runs = 100000
 max_output_tokens = 8192
 """
+
+
+def loop_runner() -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """How a benchmark's client runs: uvloop's loop when installed (lighter), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 def pct(values: list[float], p: float) -> float:
