@@ -33,6 +33,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from parley.context.settings import ContextSettings
 from parley.engines.settings import (
     BuiltinEngineSettings,
     EngineKind,
@@ -208,6 +209,7 @@ class Settings(BaseSettings):
         description="The models served, the first the default; empty: one, of `engine`.",
     )
     builtin_engine: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(

@@ -56,10 +56,17 @@ QUEUE_WAIT_EXCEEDED = "queue_wait_exceeded"
 
 
 class RunSource(StrEnum):
-    """Who asked for a run: a chat (the web UI, ``/api``) or a program (``/v1``)."""
+    """Who asked for a run: a chat (the web UI, ``/api``), a program (``/v1``) or parley
+    itself (a chat's summary)."""
 
     CHAT = "chat"
     API = "api"
+    SUMMARY = "summary"  # a chat's rolling summary folded further (background, unbilled)
+
+
+BACKGROUND_PRIORITY = -1
+"""The queue priority of background runs (summaries): below every tier's (0..1000), so a
+worker takes one only when no user's run is queued."""
 
 
 class CredentialKind(StrEnum):

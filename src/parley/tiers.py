@@ -48,6 +48,9 @@ class TierSettings(BaseModel):
     burst_tokens: int = Field(gt=0, description="Budget capacity, in tokens.")
     max_concurrent_runs: int = Field(gt=0, description="A user's runs queued or running.")
     max_output_tokens: int = Field(gt=0)
+    # a chat's prompt is assembled within the model's window less the output allowance,
+    # and within this (history beyond it is summarized or retrieved); None: the window
+    max_input_tokens: int | None = Field(default=None, gt=0)
     models: list[str] = Field(default_factory=lambda: ["*"], description='"*" allows every model.')
     # shedding: a new run that would push its model's load ((queued + running) ÷ slots) above
     # this is refused (503 server_overloaded), or served by downgrade_model if that has room;
@@ -75,6 +78,7 @@ def default_tiers() -> dict[str, TierSettings]:
             burst_tokens=20_000,
             max_concurrent_runs=1,
             max_output_tokens=512,
+            max_input_tokens=4_096,
             max_load=0.9,
             max_queue_wait_seconds=60,
             backoff=BackoffGuidance(

@@ -45,6 +45,7 @@ class FakeEngineSettings(BaseModel):
     inter_token_latency_ms: float = Field(default=20, ge=0)
     output_tokens: int = Field(default=32, ge=0)
     slots: int = Field(default=8, gt=0)
+    context_window: int = Field(default=8_192, gt=0, description="Tokens it reads (fake).")
 
 
 class ReplicaSettings(BaseModel):
@@ -126,6 +127,15 @@ class ModelSettings(BaseModel):
         description="A tokenizer.json file or a Hugging Face folder holding one, to count "
         "prompts in the api process (openai); default: a conservative estimate.",
     )
+    context_window: int | None = Field(
+        default=None,
+        gt=0,
+        description="The tokens the model reads, prompt and answer (openai; default "
+        "8192); the built-in engine's comes from its model.",
+    )
+    system_prompt: str | None = Field(
+        default=None, max_length=20_000, description="Default: context.system_prompt."
+    )
 
     @model_validator(mode="after")
     def _tokenizer_file(self) -> ModelSettings:
@@ -143,6 +153,15 @@ class ModelSettings(BaseModel):
             raise ValueError(
                 f"model {self.name!r}: tokenizer {str(self.tokenizer)!r} is neither a "
                 "tokenizer.json file nor a folder holding one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _window_for_openai(self) -> ModelSettings:
+        if self.context_window is not None and self.engine is not EngineKind.OPENAI:
+            raise ValueError(
+                f"model {self.name!r}: only an openai engine takes a context_window (the "
+                "built-in engine reads its model's, the fake engine's is fake_engine's)"
             )
         return self
 

@@ -129,6 +129,12 @@ class Chat(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     last_activity_at: Mapped[datetime]
+    # the rolling summary of the chat's messages up to summary_through_seq (0: none yet),
+    # folded further by summary_run_id while one is under way (``context/summaries.py``)
+    summary: Mapped[str | None] = mapped_column(Text)
+    summary_through_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    summary_run_id: Mapped[str | None] = mapped_column(ID)
+    summary_updated_at: Mapped[datetime | None]
 
 
 class Message(Base):
@@ -197,6 +203,12 @@ class Run(Base):
     reserved_tokens: Mapped[int | None] = mapped_column(Integer)
     finish_reason: Mapped[str | None] = mapped_column(String(20))
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    # what went into the prompt (JSON, ``context.assembly.Composition``): tokens per part
+    prompt_parts: Mapped[str | None] = mapped_column(Text)
+    # of the prompt's tokens, those the engine found in its prefix cache
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    # a summary run's fold: the chat's messages up to this seq
+    summary_through_seq: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)

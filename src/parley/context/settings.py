@@ -1,0 +1,100 @@
+"""The settings of context management (``Settings.context``), validated at start-up.
+
+A chat's prompt is assembled under an input budget: the model's context window less the
+run's output allowance, capped by the tier's ``max_input_tokens``. The fractions below are of
+that budget, so one configuration fits models of any window.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+
+
+class EmbeddingsSettings(BaseModel):
+    """An OpenAI-compatible embeddings endpoint (``POST {base_url}/embeddings``); when set,
+    retrieval ranks a chat's older messages by embedding similarity, and falls back to
+    full-text search whenever the endpoint fails."""
+
+    model_config = {"extra": "forbid"}
+
+    base_url: str = Field(
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="Up to and including /v1, e.g. http://gpu1:8000/v1.",
+    )
+    model: str = Field(min_length=1, max_length=200)
+    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable that holds the API key instead."
+    )
+    timeout_seconds: float = Field(default=10, gt=0)
+    max_batch: int = Field(default=64, gt=0, description="Inputs embedded in one request.")
+
+    @model_validator(mode="after")
+    def _key_present(self) -> EmbeddingsSettings:
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            raise ValueError(
+                f"embeddings: the environment variable {self.api_key_env} named by "
+                "api_key_env is not set"
+            )
+        return self
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        return None
+
+
+class ContextSettings(BaseModel):
+    """How a chat's prompt is assembled, folded into a summary and completed by retrieval."""
+
+    model_config = {"extra": "forbid"}
+
+    enabled: bool = Field(
+        default=True,
+        description="False: every run sends the chat's whole history (its newest 200 "
+        "messages), and a chat past the model's window fails with context_length_exceeded.",
+    )
+    system_prompt: str | None = Field(
+        default=None,
+        max_length=20_000,
+        description="The system prompt of every model that sets none of its own.",
+    )
+    summary_trigger: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Fold when the verbatim turns pass this fraction of the input budget.",
+    )
+    fold_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="The oldest turns folded into the summary at once, as a fraction of the "
+        "input budget: larger folds change the prompt's prefix more rarely.",
+    )
+    summary_max_tokens: int = Field(
+        default=256, gt=0, description="The longest summary the model is asked to write."
+    )
+    retrieval_snippets: int = Field(
+        default=3, ge=0, description="Older messages retrieved into a prompt, at most."
+    )
+    retrieval_max_tokens: int = Field(
+        default=256, ge=0, description="The part of the input budget retrieved snippets may use."
+    )
+    snippet_max_chars: int = Field(
+        default=600, gt=0, description="A retrieved message longer than this is cut."
+    )
+    embeddings: EmbeddingsSettings | None = None
+
+    @model_validator(mode="after")
+    def _fold_below_trigger(self) -> ContextSettings:
+        if self.fold_fraction > self.summary_trigger:
+            raise ValueError(
+                "context.fold_fraction must not exceed context.summary_trigger: a fold "
+                "cannot take more turns than there are to fold"
+            )
+        return self
