@@ -19,6 +19,9 @@ from parley.accounts.throttle import AccountThrottles
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
 from parley.config import Settings
+from parley.context.prompts import ChatContext
+from parley.context.retrieval import Retriever
+from parley.context.summaries import Summaries
 from parley.engines.catalog import Catalog
 from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
@@ -28,6 +31,7 @@ from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.qos.costs import PromptCounter
 from parley.runs.finisher import Finisher
+from parley.runs.generation import Prompting
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
@@ -54,8 +58,10 @@ class Services:
     models: list[str]
     cursors: Cursors
     metrics: Metrics
+    context: ChatContext
     engine: Engine | None = None
     worker: Worker | None = None
+    summaries: Summaries | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self) -> None:
@@ -78,6 +84,9 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.summaries is not None:
+            await self.summaries.close()
+        await self.context.close()
         if self.engine is not None:
             await self.engine.close()
         await self.bus.close()
@@ -123,6 +132,7 @@ def build_services(
     metrics = build_metrics(settings)
     admission = Admission(bus, settings, metrics=metrics)
     finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended])
+    context = ChatContext(settings, Retriever.from_settings(settings))
     services = Services(
         settings=settings,
         db=db,
@@ -131,7 +141,8 @@ def build_services(
         finisher=finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
         admission=admission,
-        submitter=Submitter(db, bus, budget, settings, models, admission, metrics=metrics),
+        submitter=Submitter(db, bus, budget, settings, models, admission, context, metrics=metrics),
+        context=context,
         relay=Relay(db, bus, settings, metrics=metrics),
         sweeper=Sweeper(db, bus, finisher, admission, settings),
         models=models,
@@ -168,12 +179,14 @@ def check_downgrades(settings: Settings, models: list[str]) -> None:
 
 def builtin_tokenizer(engine: Engine) -> TextTokenizer | None:
     """The built-in engine's tokenizer, if ``engine`` is (or holds) the built-in engine."""
+    tokenizer = getattr(_builtin(engine), "tokenizer", None)
+    return None if tokenizer is None else cast("TextTokenizer", tokenizer)
+
+
+def _builtin(engine: Engine) -> Engine | None:
+    """The built-in engine, if ``engine`` is (or holds) it: the engine with a tokenizer."""
     engines = engine.engines.values() if isinstance(engine, Catalog) else [engine]
-    for one in engines:
-        tokenizer = getattr(one, "tokenizer", None)
-        if tokenizer is not None:
-            return cast("TextTokenizer", tokenizer)
-    return None
+    return next((one for one in engines if getattr(one, "tokenizer", None) is not None), None)
 
 
 def add_worker(services: Services, engine: Engine | None = None) -> None:
@@ -186,6 +199,7 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
             f"reserved_slots ({settings.reserved_slots}) must be below the worker's "
             f"concurrency ({concurrency}): the other tiers would get no slot"
         )
+    summaries = services.summaries = Summaries(services.db, services.bus, settings)
     services.worker = Worker(
         services.db,
         services.bus,
@@ -193,13 +207,15 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         services.finisher,
         settings,
         admission=services.admission,
+        prompting=Prompting(services.db, services.engine, services.context, summaries),
         concurrency=concurrency,
         metrics=services.metrics,
     )
     # prompts are counted with the engine's own tokenizer (not read from disk again)
     tokenizer = builtin_tokenizer(services.engine)
-    services.submitter.costs.count_with(
-        PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer)
+    window = getattr(_builtin(services.engine), "context_window", None)
+    services.context.count_with(
+        PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer, builtin_window=window)
     )
     # the process's own worker takes runs made while it has a free slot and nothing is
     # queued, claimed in the transaction that makes them

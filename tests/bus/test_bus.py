@@ -21,6 +21,7 @@ from parley.bus.interface import (
     valid_entry_id,
 )
 from parley.bus.redis import RedisBus
+from parley.domain import BACKGROUND_PRIORITY
 from tests.builders import REDIS_URL, make_bus
 from tests.waiting import eventually
 
@@ -118,6 +119,14 @@ async def test_queue_is_bounded_and_idempotent_per_run(bus: Bus) -> None:
     while (item := await bus.dequeue(timeout=0.05)) is not None:
         seen.append(item.run_id)
     assert seen == [f"r{i}" for i in range(5)]
+
+
+async def test_a_background_run_is_taken_only_when_no_tier_run_is_queued(bus: Bus) -> None:
+    await bus.enqueue(QueuedRun("summary", priority=BACKGROUND_PRIORITY))
+    await bus.enqueue(QueuedRun("free", priority=0))
+    assert await bus.dequeue(timeout=0.05, min_priority=0) == QueuedRun("free", 0)
+    assert await bus.dequeue(timeout=0.05, min_priority=0) is None  # the summary waits
+    assert await bus.dequeue(timeout=0) == QueuedRun("summary", BACKGROUND_PRIORITY)
 
 
 async def test_dequeue_at_least_a_priority_leaves_the_lower_ones_queued(bus: Bus) -> None:

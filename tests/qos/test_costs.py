@@ -12,12 +12,14 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from parley.config import Settings, load_settings
+from parley.context.prompts import ChatContext
+from parley.context.summaries import Summaries
 from parley.domain import MessageRole, MessageStatus, new_id, utcnow
 from parley.engines import upstream
 from parley.engines.builtin.config import ModelNotFound
@@ -29,7 +31,7 @@ from parley.engines.registry import DEFAULT_BUILTIN_MODEL, builtin_engine
 from parley.errors import ConfigurationError, NotFound
 from parley.qos import budget, costs
 from parley.qos.costs import PromptCounter, estimate
-from parley.runs.generation import generation_request as _request
+from parley.runs.generation import Prompting
 from parley.store import chats, run_records, users
 from parley.store.database import Database
 from parley.store.new_runs import NewRun, create_run
@@ -484,9 +486,11 @@ async def workers_prompt(db: Database, user_id: str, chat_id: str, content: str)
         idempotency_key=None,
         request_hash=None,
     )
+    whole_history = ChatContext(load_settings(engine="fake", context={"enabled": False}))
+    prompting = Prompting(db, FakeEngine(), whole_history, cast(Summaries, None))
     async with db.transaction() as s:
         run = await create_run(s, new)
-        return (await _request(s, run)).messages
+        return (await prompting.prompt_of(s, run)).request.messages
 
 
 async def test_a_chats_prompt_is_the_one_the_worker_sends(db: Database) -> None:

@@ -27,8 +27,11 @@ def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def run_overrides(tiny_chat_model: Path) -> dict[str, Any]:
+def run_overrides(tiny_chat_model: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    # ``@pytest.mark.whole_history``: context management off, every run sends it all
+    whole = request.node.get_closest_marker("whole_history") is not None
     return {
+        "context": {"enabled": not whole},
         "engine": "builtin",
         "default_tier": "pro",  # answers up to 4,096 tokens
         "builtin_engine": {
@@ -135,6 +138,24 @@ async def test_an_abort_nobody_asked_for_fails_the_run_with_its_text(
     assert (message["status"], message["content"]) == ("failed", text_of(seen))
 
 
+async def test_a_message_no_prompt_can_hold_is_refused_before_admission(
+    run_client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """With context management on, a message larger than the run's input budget is refused
+    at once (400), naming the limit; nothing is stored."""
+    chat_id = await new_chat(run_client, auth)
+    body = {"content": "x" * 5000, "max_tokens": 8}
+    r = await run_client.post(f"/api/chats/{chat_id}/messages", json=body, headers=auth)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "content")
+    assert "4096-token context window" in error["message"]
+    assert "less the 8 tokens kept for the answer" in error["message"]
+    listed = (await run_client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()
+    assert listed["data"] == []
+
+
+@pytest.mark.whole_history
 async def test_a_prompt_the_engine_cannot_hold_fails_with_a_reason(
     run_client: httpx.AsyncClient, auth: dict[str, str]
 ) -> None:

@@ -9,8 +9,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from parley.context.summaries import Summaries
 from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine, FakeEngineConfig
+from parley.runs.generation import Prompting
 from parley.runs.worker import Worker
 from parley.services import Services
 from parley.tiers import TierSettings, default_tiers
@@ -62,13 +64,16 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
 
     await eventually(a_requeued, "the sweeper to re-queue the run that had no token")
     # a new worker picks the re-queued run up and finishes it; the failed one stays failed
+    engine = FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0))
+    summaries = Summaries(run_services.db, run_services.bus, run_services.settings)
     fresh = Worker(
         run_services.db,
         run_services.bus,
-        FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0)),
+        engine,
         run_services.finisher,
         run_services.settings,
         admission=run_services.admission,
+        prompting=Prompting(run_services.db, engine, run_services.context, summaries),
         concurrency=2,
     )
     task = asyncio.create_task(fresh.run_forever())

@@ -27,7 +27,7 @@ from parley.openai.protocol import (
     sse_data,
 )
 from parley.runs.inputs import RunInput
-from parley.runs.submit import ProgramRequest
+from parley.runs.requests import ProgramRequest
 
 # finish reasons of runs that did not complete (OpenAI has none for a stopped request;
 # vLLM's "abort" is the one OpenAI-compatible servers use)

@@ -256,6 +256,32 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class PromptParts(BaseModel):
+    """What went into a chat run's prompt, assembled under its input budget: tokens per
+    part (each part's as counted per message; ``total_tokens`` is the model's exact count of
+    the whole prompt, its template included) and which messages (by ``seq``)."""
+
+    budget_tokens: int = Field(
+        description="Window less the answer's allowance, within the tier's cap."
+    )
+    system_tokens: int = Field(description="The system prompt (and the message around it).")
+    summary_tokens: int
+    summary_through_seq: int = Field(description="The summary covers messages 1..this (0: none).")
+    snippet_tokens: int
+    snippet_seqs: list[int] = Field(description="Older messages retrieved for this prompt.")
+    recent_tokens: int
+    recent_seqs: list[int] = Field(description="[first, last] of the turns sent verbatim.")
+    new_message_tokens: int
+    left_out_seqs: list[int] = Field(
+        description="[first, last] of unsummarized turns that no longer fit (a fold is due)."
+    )
+    total_tokens: int
+    fold_due: bool = Field(description="This prompt asked for the summary to fold further.")
+    cached_tokens: int | None = Field(
+        None, description="Of the prompt, the tokens the engine found in its prefix cache."
+    )
+
+
 class RunError(BaseModel):
     code: str
     message: str
@@ -264,7 +290,10 @@ class RunError(BaseModel):
 class RunOut(BaseModel):
     id: str
     object: Literal["run"] = "run"
-    source: RunSource = Field(description="`chat` (the chat API) or `api` (a program, /v1).")
+    source: RunSource = Field(
+        description="`chat` (the chat API), `api` (a program, /v1) or `summary` (parley "
+        "folding a long chat's oldest turns into its summary, in the background, unbilled)."
+    )
     chat_id: str | None = Field(description="None for a program's run made without a chat.")
     message_id: str | None = Field(description="The assistant message; None without a chat.")
     user_message_id: str | None
@@ -282,6 +311,10 @@ class RunOut(BaseModel):
     finish_reason: str | None
     usage: Usage
     error: RunError | None
+    prompt: PromptParts | None = Field(
+        None,
+        description="What went into the prompt of a chat's run, once a worker assembled it.",
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

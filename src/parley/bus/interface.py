@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from parley.domain import BACKGROUND_PRIORITY
 from parley.errors import Unavailable
 
 
@@ -180,7 +181,9 @@ class Bus(Protocol):
     async def enqueue(self, item: QueuedRun) -> None:
         """Queue a run; a run already queued stays once. Raises QueueFull when full."""
 
-    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
+    async def dequeue(
+        self, timeout: float, *, min_priority: int = BACKGROUND_PRIORITY
+    ) -> QueuedRun | None:
         """Take the next run of at least ``min_priority``, waiting up to ``timeout`` seconds;
         None if none came (runs of lower priority stay queued)."""
 

@@ -17,7 +17,13 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from parley.engines.interface import ChatMessage, Delta, FinishReason, GenerationRequest
+from parley.engines.interface import (
+    ChatMessage,
+    ContextLengthExceeded,
+    Delta,
+    FinishReason,
+    GenerationRequest,
+)
 
 FAKE_MODEL = "parley-fake"
 ECHO_PREFIX = "/echo "
@@ -35,6 +41,7 @@ class FakeEngineConfig:
     inter_token_latency: float = 0.02
     output_tokens: int = 32
     slots: int = 8
+    context_window: int = 8_192  # a prompt that fills it is refused, as a real engine does
 
 
 def fake_text(messages: list[ChatMessage], n_tokens: int) -> list[str]:
@@ -74,6 +81,12 @@ class FakeEngine:
         return sum(len(m.content.split()) + 4 for m in messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        prompt = self.count_prompt_tokens(request.model, request.messages)
+        if prompt >= self.config.context_window:
+            raise ContextLengthExceeded(
+                f"the prompt is {prompt} tokens; the fake model reads at most "
+                f"{self.config.context_window} tokens (its context window)"
+            )
         await self._slots.acquire()
         aborted = asyncio.Event()
         self._active[request.request_id] = aborted

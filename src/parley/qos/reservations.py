@@ -1,58 +1,82 @@
 """What a new run reserves on its user's token budget: its output allowance and its whole
-prompt as it will be sent (a chat's history included), counted as its model counts it
-(``parley.qos.costs``). Settlement later replaces it by the engine's own counts."""
+prompt as it will be sent, counted as its model counts it (``parley.qos.costs``): a chat's
+prompt as ``context.prompts`` assembles it (or, with context management off, its whole
+history), a program's own messages. Settlement later replaces it by the engine's counts.
+
+Before admission, the same counts refuse what can never fit: a chat message larger than its
+run's input budget, or a program's prompt larger than the model's window (less the answer's
+allowance) or the tier's ``max_input_tokens`` (400 ``context_length_exceeded``).
+"""
 
 from __future__ import annotations
 
-import anyio
-
 from parley.config import Settings
+from parley.context.assembly import refuse_too_long
+from parley.context.prompts import ChatContext, NewMessage
 from parley.engines.interface import ChatMessage
 from parley.qos.budget import Budget
-from parley.qos.costs import PromptCounter
 from parley.store import prompts
 from parley.store.database import Database
 from parley.store.new_runs import NewRun
+from parley.store.prompts import ChatRef
 
 # a character count this many times a token count is taken as over any prompt's tokens: a
-# prompt whose characters ÷ this already fill the bucket is not counted (only capped)
+# prompt whose characters ÷ this already exceed a limit is not counted
 MAX_CHARS_PER_TOKEN = 16
 
 
 class Costs:
-    def __init__(self, db: Database, budget: Budget, settings: Settings) -> None:
+    def __init__(self, db: Database, budget: Budget, settings: Settings, context: ChatContext):
         self._db = db
         self._budget = budget
         self._settings = settings
-        self._counter: PromptCounter | None = None
-
-    def count_with(self, counter: PromptCounter) -> None:
-        """Count prompts with ``counter`` (one whose tokenizers this process has loaded)."""
-        self._counter = counter
+        self.context = context
 
     async def prepare(self) -> None:
-        """Load the models' tokenizers, unless given (at start-up, else at the first send)."""
-        if self._counter is None:
-            self._counter = await anyio.to_thread.run_sync(
-                PromptCounter.from_settings, self._settings
-            )
+        """Load the models' tokenizers (at start-up, else at the first send)."""
+        await self.context.counter()
 
-    async def chat_prompt(self, new: NewRun) -> list[ChatMessage]:
-        """The messages a chat's new run will send: the chat's history and the new one."""
+    async def check_message(self, new: NewRun) -> None:
+        """A chat's new message that cannot fit any prompt of its run: ContextTooLong."""
+        if self.context.enabled:
+            await self.context.check_message(_new_message(new))
+
+    async def check_program(self, new: NewRun, messages: list[ChatMessage]) -> int:
+        """A program's prompt, counted; ContextTooLong if it cannot fit. One whose
+        characters alone exceed the budget is refused uncounted."""
+        limits = await self.context.limits(new.model, new.tier, new.max_tokens)
+        chars = sum(len(m.content) for m in messages)
+        refuse_too_long(chars // MAX_CHARS_PER_TOKEN, limits, "the prompt", param="messages")
+        return await self.context.check_prompt(
+            model=new.model, tier=new.tier, max_tokens=new.max_tokens, messages=messages
+        )
+
+    async def chat_tokens(self, new: NewRun) -> int:
+        """The tokens of the prompt a chat's new run will send."""
         assert new.chat_id is not None
+        chat = ChatRef(new.user_id, new.chat_id)
         async with self._db.transaction() as s:
-            return await prompts.prompt_of_chat(
+            if self.context.enabled:
+                assembled = await self.context.assemble(s, chat, _new_message(new))
+                return assembled.composition.total_tokens
+            messages = await prompts.prompt_of_chat(
                 s, user_id=new.user_id, chat_id=new.chat_id, content=new.content
             )
+        return await self._whole_history(new, messages)
 
-    async def reservation(self, new: NewRun, messages: list[ChatMessage]) -> int:
-        """What the run reserves. A prompt long enough to fill the bucket whatever its
-        count is not counted (the reservation is capped at the bucket's capacity anyway):
-        a long chat costs no tokenizer time when it cannot matter."""
+    async def _whole_history(self, new: NewRun, messages: list[ChatMessage]) -> int:
+        """A whole history's tokens; one long enough to fill the bucket whatever its count
+        is not counted (the reservation is capped at the bucket's capacity anyway)."""
         capacity = self._budget.bucket(new.tier).capacity
         chars = sum(len(m.content) for m in messages)
         if new.max_tokens + chars // MAX_CHARS_PER_TOKEN >= capacity:
             return capacity
-        await self.prepare()
-        assert self._counter is not None
-        return new.max_tokens + await self._counter.count_async(new.model, messages)
+        return await (await self.context.counter()).count_async(new.model, messages)
+
+    def reservation(self, new: NewRun, prompt_tokens: int) -> int:
+        """What the run reserves: its output allowance and its prompt, at most the bucket."""
+        return min(new.max_tokens + prompt_tokens, self._budget.bucket(new.tier).capacity)
+
+
+def _new_message(new: NewRun) -> NewMessage:
+    return NewMessage(new.content, new.model, new.tier, new.max_tokens)

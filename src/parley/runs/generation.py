@@ -1,26 +1,99 @@
-"""What the engine is asked for a run: a program's own messages and parameters, or a chat's
-history up to the run's user message (the prompt ``store/prompts.py`` counts ahead)."""
+"""What the engine is asked for a run, prepared once the run is claimed: a program's own
+messages and parameters, a chat's prompt assembled under its budget (``context.prompts``,
+its composition stored on the run), a fold of the chat's summary asked for beside it, or,
+with context management off, the chat's whole history.
+
+The api counted the same prompt ahead (``ChatContext`` over the same rows) for the run's
+budget reservation; settlement charges what was really sent.
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.engines.interface import ChatMessage, GenerationRequest
+from parley.context.assembly import Assembled, ContextTooLong
+from parley.context.prompts import ChatContext, NewMessage
+from parley.context.summaries import Summaries
+from parley.engines.interface import (
+    ChatMessage,
+    ContextLengthExceeded,
+    Engine,
+    GenerationRequest,
+)
 from parley.runs.inputs import RunInput
 from parley.store import run_records
-from parley.store.schema import Run
+from parley.store.database import Database
+from parley.store.prompts import ChatRef
+from parley.store.schema import Message, Run
 
 
-async def generation_request(s: AsyncSession, run: Run) -> GenerationRequest:
-    """What the engine is asked: a program's own messages and parameters, or the chat's
-    history up to the run's user message."""
-    if run.input is not None:
-        return program_request(run)
-    history = await run_records.history(s, run)
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    request: GenerationRequest
+    tokens: int  # as the model counts them
+    assembled: Assembled | None = None  # a chat's, assembled under its budget
+    # the run's message cannot fit its budget (limits changed since the api checked): the
+    # run fails with this, the engine never asked
+    refusal: ContextLengthExceeded | None = None
+
+
+class Prompting:
+    """The worker's side of a run's prompt."""
+
+    def __init__(
+        self, db: Database, engine: Engine, context: ChatContext, summaries: Summaries
+    ) -> None:
+        self._db = db
+        self._engine = engine
+        self._context = context
+        self._summaries = summaries
+
+    async def prepare(self, run: Run) -> Prompt:
+        """The run's prompt, its length and composition stored on the run, and the chat's
+        fold asked for if due."""
+        if run.input is not None and run.prompt_tokens is not None:  # counted at birth
+            return Prompt(program_request(run), run.prompt_tokens)
+        async with self._db.transaction() as s:
+            try:
+                prompt = await self.prompt_of(s, run)
+            except ContextTooLong as e:
+                return Prompt(chat_request(run, []), 0, refusal=ContextLengthExceeded(e.message))
+            parts = prompt.assembled.composition.to_json() if prompt.assembled else None
+            await run_records.set_prompt_tokens(
+                s, run, prompt.tokens, json.dumps(parts) if parts else None
+            )
+        if prompt.assembled is not None and prompt.assembled.fold is not None:
+            self._summaries.fold_soon(run, prompt.assembled.fold)
+        return prompt
+
+    async def prompt_of(self, s: AsyncSession, run: Run) -> Prompt:
+        if run.input is not None:
+            request = program_request(run)
+        elif self._context.enabled:
+            return await self._assembled(s, run)
+        else:
+            history = await run_records.history(s, run)
+            request = chat_request(run, [ChatMessage(m.role.value, m.content) for m in history])
+        return Prompt(request, self._engine.count_prompt_tokens(run.model, request.messages))
+
+    async def _assembled(self, s: AsyncSession, run: Run) -> Prompt:
+        assert run.chat_id is not None and run.user_message_id is not None
+        message = await s.get(Message, run.user_message_id)
+        assert message is not None
+        new = NewMessage(message.content, run.model, run.tier, run.max_tokens, message.seq)
+        assembled = await self._context.assemble(s, ChatRef(run.user_id, run.chat_id), new)
+        request = chat_request(run, assembled.messages)
+        return Prompt(request, assembled.composition.total_tokens, assembled)
+
+
+def chat_request(run: Run, messages: list[ChatMessage]) -> GenerationRequest:
     return GenerationRequest(
         request_id=run.id,
         model=run.model,
-        messages=[ChatMessage(m.role.value, m.content) for m in history],
+        messages=messages,
         max_tokens=run.max_tokens,
         temperature=run.temperature,
         priority=run.priority,
@@ -29,7 +102,7 @@ async def generation_request(s: AsyncSession, run: Run) -> GenerationRequest:
 
 
 def program_request(run: Run) -> GenerationRequest:
-    """A program's run: its own messages and sampling parameters."""
+    """A program's run (or a fold of a chat's summary): its own messages and parameters."""
     assert run.input is not None
     given = RunInput.from_json(run.input)
     return GenerationRequest(

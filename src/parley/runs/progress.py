@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from parley.domain import RunStatus
 from parley.engines.interface import Delta, EngineError, FinishReason
@@ -16,6 +16,7 @@ class Progress:
     text: list[str] = field(default_factory=list)
     tokens: int = 0
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     finish: FinishReason | None = None
     cancelled: bool = False
     lease_lost: bool = False  # the sweeper (or a newer attempt) has the run now
@@ -26,6 +27,8 @@ class Progress:
         """Count a delta in (its text once it is on the stream)."""
         if delta.prompt_tokens is not None:
             self.prompt_tokens = delta.prompt_tokens
+        if delta.cached_tokens is not None:
+            self.cached_tokens = delta.cached_tokens
         if delta.finish_reason is not None:
             self.finish = delta.finish_reason
         if delta.text or delta.tokens:
@@ -39,6 +42,9 @@ class Progress:
     def outcome(self, prompt_tokens: int | None) -> Outcome:
         """How the run ends: cancelled, failed (engine error, or an abort nobody asked for),
         or completed. ``prompt_tokens``: the count known before generating."""
+        return replace(self._outcome(prompt_tokens), cached_tokens=self.cached_tokens)
+
+    def _outcome(self, prompt_tokens: int | None) -> Outcome:
         text = "".join(self.text)
         prompt = self.prompt_tokens if self.prompt_tokens is not None else prompt_tokens
         if self.cancelled:  # stopped before any output: it costs nothing

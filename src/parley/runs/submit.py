@@ -9,10 +9,8 @@ gives its reservation back.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Protocol
 
@@ -21,6 +19,7 @@ import anyio
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
+from parley.context.prompts import ChatContext
 from parley.domain import MessageRole, RunSource, utcnow
 from parley.engines.interface import ChatMessage
 from parley.errors import (
@@ -38,28 +37,10 @@ from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
 from parley.runs.events import made_event
 from parley.runs.inputs import RunInput
+from parley.runs.requests import ProgramRequest, SendRequest, program_hash, request_hash
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
-
-
-@dataclass(frozen=True, slots=True)
-class ProgramRequest:
-    """A program's request (``/v1/chat/completions``), already read from the wire."""
-
-    input: RunInput
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    store: bool = False  # keep it as a chat
-
-
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    content: str
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
 
 
 class Handoff(Protocol):
@@ -80,8 +61,8 @@ class Handoff(Protocol):
         """The prompt's length as the worker's engine counts it."""
 
 
-PromptOf = Callable[[new_runs.NewRun], Awaitable[list[ChatMessage]]]
-"""The messages a run to make will send (its cost is counted on them)."""
+PromptOf = Callable[[new_runs.NewRun], Awaitable[int]]
+"""The tokens of the prompt a run to make will send (its cost is counted on them)."""
 
 
 class Submitter:
@@ -93,12 +74,13 @@ class Submitter:
         settings: Settings,
         models: list[str],
         admission: Admission,
+        context: ChatContext,
         *,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics
         self._admission = admission
-        self.costs = Costs(db, budget, settings)
+        self.costs = Costs(db, budget, settings, context)
         self._db = db
         self._bus = bus
         self._budget = budget
@@ -121,7 +103,8 @@ class Submitter:
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
-        return await self._admit(new, self.costs.chat_prompt)
+        await self.costs.check_message(new)  # before admission: one that can never fit
+        return await self._admit(new, self.costs.chat_tokens)
 
     @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit_program(
@@ -142,7 +125,7 @@ class Submitter:
             max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
             temperature=req.temperature,
             idempotency_key=idempotency_key,
-            request_hash=_program_hash(req, encoded) if idempotency_key else None,
+            request_hash=program_hash(req, encoded) if idempotency_key else None,
             source=RunSource.API,
             input=encoded,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
@@ -150,8 +133,10 @@ class Submitter:
         if req.store:
             new = self._kept(new, req.input)
 
-        async def given(_: new_runs.NewRun) -> list[ChatMessage]:
-            return req.input.messages
+        tokens = await self.costs.check_program(new, req.input.messages)  # before admission
+
+        async def given(_: new_runs.NewRun) -> int:
+            return tokens
 
         return await self._admit(new, given)
 
@@ -200,7 +185,7 @@ class Submitter:
         queued = await self._bus.queue_length()
         if queued >= self._settings.queue_max:
             raise await self._admission.queue_full(new, queued)
-        cost = await self.costs.reservation(new, await prompt(new))
+        cost = self.costs.reservation(new, await prompt(new))
         try:
             reserved = await self._budget.reserve(new.user_id, new.tier, cost)
         except BudgetExhausted:
@@ -274,7 +259,7 @@ class Submitter:
             max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
             temperature=req.temperature,
             idempotency_key=key,
-            request_hash=_request_hash(chat_id, req) if key else None,
+            request_hash=request_hash(chat_id, req) if key else None,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
 
@@ -379,18 +364,3 @@ class Submitter:
 
 def _allows(tier: TierSettings, model: str) -> bool:
     return "*" in tier.models or model in tier.models
-
-
-def _program_hash(req: ProgramRequest, encoded_input: str) -> str:
-    fields = {"max_tokens": req.max_tokens, "temperature": req.temperature}
-    return _digest({"input": encoded_input, "model": req.model, **fields})
-
-
-def _request_hash(chat_id: str, req: SendRequest) -> str:
-    return _digest({"chat_id": chat_id, **asdict(req)})
-
-
-def _digest(body: dict[str, object]) -> str:
-    """A request's fingerprint: its fields as canonical JSON, hashed."""
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -31,7 +31,7 @@ from datetime import timedelta
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
 from parley.config import Settings
-from parley.domain import RunStatus, new_id
+from parley.domain import BACKGROUND_PRIORITY, RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import slot_offers
 from parley.observability import tracing
@@ -39,7 +39,7 @@ from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
-from parley.runs.generation import generation_request, program_request
+from parley.runs.generation import Prompt, Prompting
 from parley.runs.progress import Progress
 from parley.store import run_records
 from parley.store.database import Database
@@ -60,6 +60,7 @@ class Worker:
         settings: Settings,
         *,
         admission: Admission,
+        prompting: Prompting,
         concurrency: int,
         worker_id: str | None = None,
         metrics: Metrics | None = None,
@@ -71,6 +72,7 @@ class Worker:
         self._finisher = finisher
         self._metrics = metrics
         self._admission = admission
+        self._prompting = prompting
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
@@ -104,7 +106,7 @@ class Worker:
                 # freed meanwhile lets any run in
                 item = await self._bus.dequeue(
                     timeout=RESERVE_POLL_SECONDS if reserved else 1.0,
-                    min_priority=self._settings.top_priority if reserved else 0,
+                    min_priority=self._settings.top_priority if reserved else BACKGROUND_PRIORITY,
                 )
             except Exception:
                 self._slots.release()
@@ -135,12 +137,12 @@ class Worker:
             try:
                 claimed = await self._claim(item.run_id)
                 if claimed is not None:
-                    run, request = claimed
+                    run, prompt = claimed
                     with (
                         logs.bind(user_id=run.user_id, trace_id=logs.trace_id_of(run.traceparent)),
                         tracing.executing(run),
                     ):
-                        await self._generate(run, request)
+                        await self._generate(run, prompt)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -190,17 +192,9 @@ class Worker:
         trace_id = logs.trace_id_of(run.traceparent)
         with logs.bind(run_id=run.id, user_id=run.user_id, trace_id=trace_id):
             try:
-                request = await self._request_of(run)
-                # a chat's prompt length is stored beside the generation, not before it: the
-                # first token does not wait for a write only a lost worker's charge needs (a
-                # program's run was made with it)
-                counted = None
-                if run.prompt_tokens is None:
-                    counted = asyncio.create_task(self._store_prompt_tokens(run, request))
+                prompt = await self._prompting.prepare(run)
                 with tracing.executing(run):
-                    await self._generate(run, request)
-                if counted is not None:
-                    await counted
+                    await self._generate(run, prompt)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -208,32 +202,18 @@ class Worker:
             finally:
                 self._slots.release()
 
-    async def _store_prompt_tokens(self, run: Run, request: GenerationRequest) -> None:
-        prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
-        async with self._db.transaction() as s:
-            await run_records.set_prompt_tokens(s, run, prompt_tokens)
-
-    async def _request_of(self, run: Run) -> GenerationRequest:
-        if run.input is not None:
-            return program_request(run)
-        async with self._db.transaction() as s:
-            return await generation_request(s, run)
-
-    async def _claim(self, run_id: str) -> tuple[Run, GenerationRequest] | None:
-        """Take the run (None if another worker has it or it ended) with its prompt, whose
+    async def _claim(self, run_id: str) -> tuple[Run, Prompt] | None:
+        """Take the run (None if another worker has it or it ended), then its prompt, whose
         length is stored with it, so whoever ends the run can charge it."""
         async with self._db.transaction() as s:
             run = await run_records.claim(
                 s, run_id=run_id, worker_id=self.worker_id, lease=self.lease
             )
-            if run is None:
-                return None
-            request = await generation_request(s, run)
-            prompt_tokens = self._engine.count_prompt_tokens(request.model, request.messages)
-            await run_records.set_prompt_tokens(s, run, prompt_tokens)
-        return run, request
+        if run is None:
+            return None
+        return run, await self._prompting.prepare(run)
 
-    async def _generate(self, run: Run, request: GenerationRequest) -> None:
+    async def _generate(self, run: Run, prompt: Prompt) -> None:
         progress = Progress(run)
         self._active[run.id] = progress
         if self._metrics is not None:
@@ -241,8 +221,10 @@ class Worker:
         log.info("run %s started (attempt %d, model %s)", run.id, run.attempts, run.model)
         watcher = asyncio.create_task(self._watch_cancel(run, progress))
         try:
-            if await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
-                await self._stream(run, request, progress)
+            if prompt.refusal is not None:
+                progress.error = prompt.refusal
+            elif await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
+                await self._stream(run, prompt.request, progress)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -1,14 +1,14 @@
-"""The prompt a chat's next run will send, known before the run is made: the admission's
-budget reservation counts it (``parley.qos.costs``).
+"""The rows a chat's prompt is made of: the chat's rolling summary and its messages since.
 
-It must be the very messages the worker sends (``runs.generation.generation_request`` over
-``run_records.history``): the same rows (the newest ``HISTORY_LIMIT``, the new user message
-one of them), the same exclusions, the same order. A message still in progress now may have
-ended by the time the run is claimed; the worker's prompt then holds it, and settlement
-charges what was really sent.
+Read by ``context.prompts`` both when the api counts a new message's prompt (its budget
+reservation) and when the worker assembles the prompt it sends, so both see the same rows;
+and, with context management off, by ``prompt_of_chat``: the whole history as the worker's
+``run_records.history`` reads it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,11 +19,62 @@ from parley.store import chats, run_records
 from parley.store.schema import Message
 
 
+@dataclass(frozen=True, slots=True)
+class ChatRef:
+    user_id: str
+    chat_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSummary:
+    """The chat's rolling summary: it covers messages 1..``through_seq`` (0: none yet)."""
+
+    text: str | None
+    through_seq: int
+    run_id: str | None  # the fold under way, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    seq: int
+    role: str
+    content: str
+
+
+async def unsummarized(
+    s: AsyncSession, chat: ChatRef, *, before_seq: int | None, limit: int
+) -> tuple[ChatSummary, list[Row]]:
+    """The chat's summary and its prompt-worthy messages after it and before ``before_seq``
+    (the run's own message; None: all), the newest ``limit`` of them, oldest first.
+    NotFound (``chat_not_found``) for a chat the user does not own."""
+    found = await chats.get_chat(s, user_id=chat.user_id, chat_id=chat.chat_id)
+    summary = ChatSummary(found.summary, found.summary_through_seq, found.summary_run_id)
+    query = (
+        select(Message.seq, Message.role, Message.status, Message.content)
+        .where(
+            Message.user_id == chat.user_id,
+            Message.chat_id == chat.chat_id,
+            Message.seq > summary.through_seq,
+        )
+        .order_by(Message.seq.desc())
+        .limit(limit)
+    )
+    if before_seq is not None:
+        query = query.where(Message.seq < before_seq)
+    rows = [
+        Row(seq, role.value, content)
+        for seq, role, status, content in (await s.execute(query)).all()
+        if in_prompt(role, status, content)
+    ]
+    return summary, rows[::-1]
+
+
 async def prompt_of_chat(
     s: AsyncSession, *, user_id: str, chat_id: str, content: str
 ) -> list[ChatMessage]:
-    """The messages a new user message ``content`` in this chat would be sent with, oldest
-    first, the new one last. NotFound (``chat_not_found``) for a chat the user does not own."""
+    """With context management off: the messages a new user message ``content`` in this chat
+    would be sent with, as ``run_records.history`` reads them (the newest
+    ``HISTORY_LIMIT``, the new one last). NotFound for a chat the user does not own."""
     if not is_id("chat", chat_id):  # not an id at all (a NUL, say): no query may carry it
         await chats.get_chat(s, user_id=user_id, chat_id=chat_id)  # raises NotFound
     rows = (

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Update, bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageStatus, RunStatus, in_prompt, is_id, utcnow
+from parley.domain import MessageStatus, RunSource, RunStatus, in_prompt, is_id, utcnow
 from parley.errors import NotFound, no_such
+from parley.store import summaries
 from parley.store.schema import Message, Run
 
 HISTORY_LIMIT = 200
@@ -96,15 +97,19 @@ async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelt
     return claimed
 
 
-async def set_prompt_tokens(s: AsyncSession, run: Run, prompt_tokens: int) -> None:
-    """The prompt's length as the engine counts it, known once the run is claimed (stored
-    only while it runs: its end stores the count it ended with)."""
+async def set_prompt_tokens(
+    s: AsyncSession, run: Run, prompt_tokens: int, parts: str | None = None
+) -> None:
+    """The prompt's length as the engine counts it, known once the run is claimed, and what
+    went into it (``parts``, JSON); stored only while it runs (its end stores the count it
+    ended with)."""
     await s.execute(
         update(Run)
         .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
-        .values(prompt_tokens=prompt_tokens)
+        .values(prompt_tokens=prompt_tokens, prompt_parts=parts)
     )
     run.prompt_tokens = prompt_tokens
+    run.prompt_parts = parts
 
 
 async def release_lease(s: AsyncSession, *, run_id: str, worker_id: str) -> bool:
@@ -167,6 +172,7 @@ class Outcome:
     finish_reason: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
 
 
 _MESSAGE_STATUS = {
@@ -210,6 +216,8 @@ async def finish(
     if run is None:
         return None
     await _store_message(s, run, outcome, now)
+    if run.source is RunSource.SUMMARY:  # a fold of the chat's summary lands, or lets go
+        await summaries.land(s, run, outcome.content)
     return Finished(run, reserved)
 
 
@@ -250,6 +258,7 @@ _ENDED_COLUMNS = (
     "error_code",
     "error_message",
     "finished_at",
+    "cached_tokens",
 )
 
 
@@ -283,6 +292,7 @@ def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
         "p_error_code": outcome.error_code,
         "p_error_message": outcome.error_message,
         "p_finished_at": now,
+        "p_cached_tokens": outcome.cached_tokens,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     MessageCreate,
+    PromptParts,
     RunAccepted,
     RunError,
     RunOut,
@@ -21,7 +23,7 @@ from parley.api.schemas import (
 from parley.runs import cancel as cancelling
 from parley.runs.events import usage
 from parley.runs.relay import run_of
-from parley.runs.submit import SendRequest
+from parley.runs.requests import SendRequest
 from parley.store.schema import Run
 
 router = APIRouter(tags=["runs"])
@@ -184,10 +186,17 @@ def run_out(run: Run) -> RunOut:
         finish_reason=run.finish_reason,
         usage=Usage(**usage(run)),
         error=error,
+        prompt=_prompt_parts(run),
         created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,
     )
+
+
+def _prompt_parts(run: Run) -> PromptParts | None:
+    if run.prompt_parts is None:
+        return None
+    return PromptParts(**json.loads(run.prompt_parts), cached_tokens=run.cached_tokens)
 
 
 def _wants_json(request: Request) -> bool:

@@ -13,6 +13,7 @@ import itertools
 
 from parley.bus.interface import QueuedRun, QueueFull
 from parley.bus.memory.shared import _MemoryOps
+from parley.domain import BACKGROUND_PRIORITY
 
 
 class _QueueOps(_MemoryOps):
@@ -34,7 +35,9 @@ class _QueueOps(_MemoryOps):
             heapq.heappush(self._heap, (-item.priority, order, item.run_id))
             self._queue_changed.notify()
 
-    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
+    async def dequeue(
+        self, timeout: float, *, min_priority: int = BACKGROUND_PRIORITY
+    ) -> QueuedRun | None:
         async with self._queue_changed:
             if not self._has_work(min_priority):
                 try:
@@ -55,8 +58,8 @@ class _QueueOps(_MemoryOps):
                 return QueuedRun(run_id, queued[0])
             return None
 
-    def _has_work(self, min_priority: int = 0) -> bool:
-        if min_priority <= 0:
+    def _has_work(self, min_priority: int = BACKGROUND_PRIORITY) -> bool:
+        if min_priority <= BACKGROUND_PRIORITY:
             return bool(self._queued)
         return any(priority >= min_priority for priority, _ in self._queued.values())
 

@@ -22,7 +22,7 @@ its own module with its keys, its Lua scripts and their documentation:
 
 ``ns`` is the namespace, ``parley`` by default. Every key carries a Redis Cluster hash tag
 (the part in braces), so the keys one script touches share a slot. Priorities must be in
-``PRIORITY_MIN..PRIORITY_MAX`` (0..1000); others raise ValueError. Needs Redis >= 6.0
+``PRIORITY_MIN..PRIORITY_MAX`` (-1..1000); others raise ValueError. Needs Redis >= 6.0
 (fractional timeouts of blocking pops, scripts replicated by effect, ``CLIENT UNBLOCK``).
 """
 

@@ -9,7 +9,8 @@
 ``ns:{queue}:seq``
     The counter (INCR) behind ``seq``; it restarts when an enqueue finds the queue empty.
 
-Priorities must be in ``PRIORITY_MIN..PRIORITY_MAX`` (0..1000); others raise ValueError.
+Priorities must be in ``PRIORITY_MIN..PRIORITY_MAX`` (-1..1000: the tiers' 0..1000 and the
+background runs' -1); others raise ValueError.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import cast
 
 from parley.bus.interface import QueuedRun, QueueFull
 from parley.bus.redis.shared import _Arg, _block_seconds, _LuaScript, _RedisOps, _text
+from parley.domain import BACKGROUND_PRIORITY
 
-PRIORITY_MIN = 0
+PRIORITY_MIN = BACKGROUND_PRIORITY  # -1: a summary's, below every tier's
 PRIORITY_MAX = 1000
-SEQ_BITS = 43  # (PRIORITY_MAX + 1) * 2**43 < 2**53: every score is an exact double
+SEQ_BITS = 43  # (PRIORITY_MAX - PRIORITY_MIN + 1) * 2**43 < 2**53: every score is exact
 
 # KEYS: queue zset, seq counter. ARGV: run_id, priority, queue_max, SEQ_BITS, PRIORITY_MAX.
 # Returns 1 when queued, 0 when already queued, -1 when the queue is full.
@@ -113,7 +115,9 @@ class _QueueOps(_RedisOps):
         if int(outcome) < 0:
             raise QueueFull("the run queue is full", retry_after=1.0)
 
-    async def dequeue(self, timeout: float, *, min_priority: int = 0) -> QueuedRun | None:
+    async def dequeue(
+        self, timeout: float, *, min_priority: int = BACKGROUND_PRIORITY
+    ) -> QueuedRun | None:
         if min_priority > PRIORITY_MIN:
             return await self._dequeue_at_least(min_priority, timeout)
         if timeout > 0:

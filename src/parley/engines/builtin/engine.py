@@ -198,14 +198,14 @@ class BuiltinEngine:
                 self._loop_thread.abort(state.seq)
         elif finish is None:
             text, state.held = _hold_back(text, state.stop)
-        prompt_tokens = None
+        prompt_tokens = cached = None
         if not state.sent_prompt_tokens:
-            prompt_tokens = len(state.seq.prompt)
+            prompt_tokens, cached = len(state.seq.prompt), state.seq.num_cached_prompt
             state.sent_prompt_tokens = True
         if finish is not None:
             state.done = True
         tokens = 1 if event.token is not None else 0
-        return Delta(text, tokens, finish, prompt_tokens)
+        return Delta(text, tokens, finish, prompt_tokens, cached)
 
 
 def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:

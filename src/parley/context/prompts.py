@@ -1,0 +1,260 @@
+"""A chat's prompt as it is sent: read, counted and assembled under the run's budget.
+
+One ``ChatContext`` per process serves both ends of a run: the api counts the prompt a new
+message will be sent with (its budget reservation) and refuses a message that cannot fit
+before admission; the worker assembles the very prompt it sends and records its composition
+on the run. Both read the same rows (``store/prompts.py``) and assemble them the same way
+(``context.assembly``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import anyio
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.config import Settings
+from parley.context.assembly import (
+    MESSAGE_OVERHEAD,
+    PROMPT_OVERHEAD,
+    Assembled,
+    Fixed,
+    Limits,
+    Turn,
+    compose,
+    pick_snippets,
+    refuse_too_long,
+    window_start,
+)
+from parley.domain import MessageRole
+from parley.engines.interface import ChatMessage
+from parley.qos.costs import PromptCounter
+from parley.store import prompts
+from parley.store.prompts import ChatRef, Row
+from parley.store.schema import Message
+
+log = logging.getLogger(__name__)
+
+# the chat's unsummarized messages read, newest first; older ones are reached through the
+# summary and retrieval
+UNSUMMARIZED_LIMIT = 400
+# a summary's heading in the system message, in tokens (``assembly.system_text``)
+SUMMARY_HEADING = 16
+# exact counts over budget: the window shrinks and the prompt is counted again, this often
+FIT_ATTEMPTS = 4
+
+
+class Retrieval(Protocol):
+    async def retrieve(
+        self,
+        s: AsyncSession,
+        *,
+        user_id: str,
+        chat_id: str,
+        query: str,
+        before_seq: int,
+        limit: int,
+    ) -> list[Message]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A run's new message: stored (``seq``), or about to be (``seq`` None)."""
+
+    content: str
+    model: str
+    tier: str
+    max_tokens: int
+    seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    chat: ChatRef
+    model: str
+    fixed: Fixed
+    history: list[Turn]
+    new: Turn
+    system: tuple[int, int]
+    limits: Limits
+
+
+class ChatContext:
+    def __init__(self, settings: Settings, retrieval: Retrieval | None = None) -> None:
+        self._settings = settings
+        self._retrieval = retrieval
+        self._counter: PromptCounter | None = None
+
+    async def close(self) -> None:
+        close = getattr(self._retrieval, "close", None)
+        if close is not None:
+            await close()
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.context.enabled
+
+    def count_with(self, counter: PromptCounter) -> None:
+        """Count with ``counter`` (one whose tokenizers this process has loaded)."""
+        self._counter = counter
+
+    async def counter(self) -> PromptCounter:
+        """The models' tokenizers, loaded at the first need unless given."""
+        if self._counter is None:
+            self._counter = await anyio.to_thread.run_sync(
+                PromptCounter.from_settings, self._settings
+            )
+        return self._counter
+
+    async def limits(self, model: str, tier: str, max_tokens: int) -> Limits:
+        """The input budget of a run: the model's window less its output allowance, capped
+        by the tier's ``max_input_tokens``; and the thresholds, as fractions of it."""
+        window = (await self.counter()).window(model)
+        cap = self._settings.tier(tier).max_input_tokens
+        budget = max(0, min(window - max_tokens, cap if cap is not None else window))
+        config = self._settings.context
+        return Limits(
+            budget=budget,
+            window=window,
+            output=max_tokens,
+            tier_cap=cap,
+            trigger=int(budget * config.summary_trigger),
+            fold=max(1, int(budget * config.fold_fraction)),
+            snippets=config.retrieval_snippets,
+            snippet_tokens=min(config.retrieval_max_tokens, budget // 4),
+            snippet_chars=config.snippet_max_chars,
+        )
+
+    async def check_message(self, new: NewMessage) -> None:
+        """ContextTooLong (400) if the new message alone cannot fit its run's prompt."""
+        limits = await self.limits(new.model, new.tier, new.max_tokens)
+        tokens = await self._tokens(new.model, new.content)
+        refuse_too_long(tokens + PROMPT_OVERHEAD, limits, "the message")
+
+    async def check_prompt(
+        self, *, model: str, tier: str, max_tokens: int, messages: list[ChatMessage]
+    ) -> int:
+        """A program's own prompt, counted; ContextTooLong (400) if it exceeds the budget."""
+        tokens = await (await self.counter()).count_async(model, messages)
+        limits = await self.limits(model, tier, max_tokens)
+        refuse_too_long(tokens, limits, "the prompt", param="messages")
+        return tokens
+
+    async def assemble(self, s: AsyncSession, chat: ChatRef, new: NewMessage) -> Assembled:
+        """The prompt of a chat's run whose new message is ``new``, within its budget.
+        ContextTooLong if the new message (with the system prompt) cannot fit."""
+        draft = await self._draft(s, chat, new)
+        fixed_tokens = PROMPT_OVERHEAD + draft.system[0] + draft.new.tokens
+        refuse_too_long(fixed_tokens, draft.limits, "the message")
+        if fixed_tokens + draft.system[1] > draft.limits.budget:  # the summary cannot fit
+            draft = _without_summary(draft)
+        return await self._fit(s, draft)
+
+    async def _draft(self, s: AsyncSession, chat: ChatRef, new: NewMessage) -> _Draft:
+        summary, rows = await prompts.unsummarized(
+            s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT
+        )
+        fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
+        row = Row(new.seq or 0, MessageRole.USER.value, new.content)
+        turns = await self._turns(new.model, [*rows, row])
+        return _Draft(
+            chat=chat,
+            model=new.model,
+            fixed=fixed,
+            history=turns[:-1],
+            new=turns[-1],
+            system=await self._system_tokens(new.model, fixed),
+            limits=await self.limits(new.model, new.tier, new.max_tokens),
+        )
+
+    async def _fit(self, s: AsyncSession, draft: _Draft) -> Assembled:
+        """Compose, count exactly, and shrink the window while the count is over budget."""
+        limits = draft.limits
+        room = limits.budget - PROMPT_OVERHEAD - sum(draft.system) - draft.new.tokens
+        outside = draft.fixed.summary_through_seq > 0 or sum(t.tokens for t in draft.history) > room
+        retrieving = outside and self._retrieval is not None and limits.snippets > 0
+        if retrieving:
+            room -= limits.snippet_tokens
+        counter = await self.counter()
+        for _ in range(FIT_ATTEMPTS):
+            start = window_start(draft.history, room, limits.fold)
+            snippets = await self._snippets(s, draft, start) if retrieving else []
+            assembled = compose(
+                draft.fixed,
+                draft.history,
+                draft.new,
+                snippets,
+                start=start,
+                system=draft.system,
+                limits=limits,
+            )
+            exact = await counter.count_async(draft.model, assembled.messages)
+            assembled.composition.total_tokens = exact
+            if exact <= limits.budget:
+                break
+            room -= exact - limits.budget
+        return assembled  # (still over after all attempts: the engine refuses it)
+
+    async def _snippets(self, s: AsyncSession, draft: _Draft, start: int) -> list[Turn]:
+        """The older messages (before the verbatim window) that match the new message."""
+        assert self._retrieval is not None
+        history = draft.history
+        before = history[start].seq if start < len(history) else draft.new.seq or 2**31 - 1
+        try:
+            found = await self._retrieval.retrieve(
+                s,
+                user_id=draft.chat.user_id,
+                chat_id=draft.chat.chat_id,
+                query=draft.new.content,
+                before_seq=before,
+                limit=draft.limits.snippets,
+            )
+        except Exception:  # retrieval helps a prompt; it never breaks one
+            log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
+            return []
+        candidates = [Turn(m.seq, m.role.value, m.content, 0) for m in found]
+        counter = await self.counter()
+        return pick_snippets(
+            candidates, draft.limits, lambda text: counter.count_texts(draft.model, [text])[0]
+        )
+
+    def _system_prompt(self, model: str) -> str | None:
+        for configured in self._settings.models:
+            if configured.name == model and configured.system_prompt is not None:
+                return configured.system_prompt
+        return self._settings.context.system_prompt
+
+    async def _system_tokens(self, model: str, fixed: Fixed) -> tuple[int, int]:
+        """The system message's tokens without the summary (its overhead included), and the
+        summary's."""
+        counter = await self.counter()
+        prompt, summary = await counter.count_texts_async(
+            model, [fixed.system_prompt or "", fixed.summary or ""]
+        )
+        has_system = bool(fixed.system_prompt or fixed.summary)
+        return (
+            prompt + MESSAGE_OVERHEAD if has_system else 0,
+            summary + SUMMARY_HEADING if fixed.summary else 0,
+        )
+
+    async def _turns(self, model: str, rows: list[Row]) -> list[Turn]:
+        counter = await self.counter()
+        counts = await counter.count_texts_async(model, [row.content for row in rows])
+        return [
+            Turn(row.seq, row.role, row.content, tokens + MESSAGE_OVERHEAD)
+            for row, tokens in zip(rows, counts, strict=True)
+        ]
+
+    async def _tokens(self, model: str, content: str) -> int:
+        counts = await (await self.counter()).count_texts_async(model, [content])
+        return counts[0] + MESSAGE_OVERHEAD
+
+
+def _without_summary(draft: _Draft) -> _Draft:
+    """The draft without its summary (one too long for this run's budget): the turns it
+    covers are still reached through retrieval."""
+    fixed = replace(draft.fixed, summary_shown=False)
+    return replace(draft, fixed=fixed, system=(draft.system[0], 0))

@@ -1,0 +1,116 @@
+"""The rolling summary: a chat's oldest turns folded into its summary by the model.
+
+When a run's prompt finds the chat's unsummarized turns past the trigger
+(``assembly.fold_plan``), the worker asks for a fold here, beside the run (never before it).
+A fold is a background run (``RunSource.SUMMARY``) at ``BACKGROUND_PRIORITY``: queued below
+every tier's runs, never holding a user's run slot or counting in a model's load, never
+billed (it reserves nothing, so nothing is settled). One fold per chat is under way at a
+time (``store/summaries.begin_fold``); when its run ends, the finishing transaction lands it
+as the chat's summary, or, failed, cancelled or empty, leaves the previous one in place
+(``store/summaries.land``). A chat whose fold keeps failing still serves: its window slides
+by whole chunks and retrieval reaches what fell out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from parley.bus.interface import Bus, QueuedRun, QueueFull
+from parley.config import Settings
+from parley.context.assembly import FoldPlan
+from parley.domain import BACKGROUND_PRIORITY, MessageRole
+from parley.engines.interface import ChatMessage
+from parley.runs.inputs import RunInput
+from parley.store import summaries
+from parley.store.database import Database
+from parley.store.schema import Run
+
+log = logging.getLogger(__name__)
+
+# a message longer than this is cut in the fold's prompt: a summary keeps its gist only
+FOLD_MESSAGE_CHARS = 2_000
+
+INSTRUCTIONS = (
+    "You maintain the running summary of a conversation between a user and an assistant. "
+    "Rewrite the summary so that it also covers the new messages. Keep every fact the user "
+    "stated about themselves or their work (names, numbers, dates, preferences, decisions) "
+    "and what the assistant concluded or promised; drop greetings and filler. Write plain "
+    "sentences in the third person, at most {words} words. Reply with the summary only."
+)
+
+
+def fold_messages(plan: FoldPlan, max_tokens: int) -> list[ChatMessage]:
+    """The fold's prompt: the instructions, the summary so far and the turns to fold in."""
+    turns = "\n".join(f"[message {t.seq}, {t.role}] {_cut(t.content)}" for t in plan.turns)
+    before = plan.summary or "(none yet: this is the start of the conversation)"
+    request = f"Summary so far:\n{before}\n\nNew messages:\n{turns}\n\nWrite the updated summary."
+    return [
+        ChatMessage(MessageRole.SYSTEM.value, INSTRUCTIONS.format(words=max_tokens * 3 // 4)),
+        ChatMessage(MessageRole.USER.value, request),
+    ]
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= FOLD_MESSAGE_CHARS else text[:FOLD_MESSAGE_CHARS] + "…"
+
+
+class Summaries:
+    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+        self._db = db
+        self._bus = bus
+        self._settings = settings
+        self._tasks: set[asyncio.Task[Run | None]] = set()
+
+    def fold_soon(self, run: Run, plan: FoldPlan) -> None:
+        """Ask for the fold beside ``run`` (a chat's run whose prompt found it due)."""
+        task = asyncio.create_task(self.fold(run, plan), name=f"fold {run.chat_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def fold(self, run: Run, plan: FoldPlan) -> Run | None:
+        """Queue the fold of ``plan`` in ``run``'s chat, unless one is under way already;
+        the fold's run, or None. Never raises: a fold not made is asked for again."""
+        try:
+            return await self._fold(run, plan)
+        except Exception:
+            log.exception("folding the summary of chat %s failed", run.chat_id)
+            return None
+
+    async def _fold(self, run: Run, plan: FoldPlan) -> Run | None:
+        assert run.chat_id is not None
+        max_tokens = self._settings.context.summary_max_tokens
+        request = RunInput(fold_messages(plan, max_tokens))
+        async with self._db.transaction() as s:
+            fold = await summaries.begin_fold(
+                s,
+                summaries.Fold(
+                    user_id=run.user_id,
+                    chat_id=run.chat_id,
+                    after_seq=plan.after_seq,
+                    through_seq=plan.through_seq,
+                    model=run.model,
+                    tier=run.tier,
+                    max_tokens=max_tokens,
+                    input_json=request.to_json(),
+                ),
+            )
+        if fold is None:
+            return None
+        try:
+            await self._bus.enqueue(QueuedRun(fold.id, BACKGROUND_PRIORITY))
+        except QueueFull:  # busy: the fold is let go, and asked for again at a later turn
+            async with self._db.transaction() as s:
+                await summaries.abandon(s, fold)
+            return None
+        log.info(
+            "chat %s: folding messages up to %d (run %s)", run.chat_id, plan.through_seq, fold.id
+        )
+        return fold
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,44 @@
+"""A send as read from the wire (the web UI's message, a program's completion request), and
+its fingerprint, which an Idempotency-Key's retry must match."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from parley.runs.inputs import RunInput
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramRequest:
+    """A program's request (``/v1/chat/completions``), already read from the wire."""
+
+    input: RunInput
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    store: bool = False  # keep it as a chat
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    content: str
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+def program_hash(req: ProgramRequest, encoded_input: str) -> str:
+    fields = {"max_tokens": req.max_tokens, "temperature": req.temperature}
+    return digest({"input": encoded_input, "model": req.model, **fields})
+
+
+def request_hash(chat_id: str, req: SendRequest) -> str:
+    return digest({"chat_id": chat_id, **asdict(req)})
+
+
+def digest(body: dict[str, object]) -> str:
+    """A request's fingerprint: its fields as canonical JSON, hashed."""
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,207 @@
+"""Long chats through the public API, on both stacks, with the fake engine's small window:
+every turn is answered within its budget, an early fact is still reached late, the prompt's
+prefix holds from turn to turn except when the summary folds, a failing summarizer changes
+nothing for the user, and nothing of another user's ever reaches a prompt."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus
+from parley.engines.fake import FakeEngine
+from parley.engines.interface import ChatMessage, Delta, EngineError, GenerationRequest
+from parley.services import Services
+from parley.store.schema import Chat, Run
+from tests.helpers import user_headers
+from tests.runs.helpers import new_chat, send_json, wait_run
+
+WINDOW = 1024  # the fake model's context window: a chat outgrows it in about 20 turns
+MAX_TOKENS = 16
+FACT = "By the way, my cat is called Bartholomew and he sleeps on the piano all day."
+QUESTION = "Remind me, what is my cat called?"
+TOPICS = "rivers mountains bread violins trains gardens comets harbours lanterns maps".split()
+
+
+@pytest.fixture
+def run_overrides() -> dict[str, Any]:
+    return {
+        "default_tier": "pro",  # a budget of tokens large enough for hundreds of turns
+        "fake_engine": {
+            "context_window": WINDOW,
+            "time_to_first_token_ms": 0,
+            "inter_token_latency_ms": 0,
+            "output_tokens": 24,
+        },
+    }
+
+
+def message(turn: int) -> str:
+    """Turn ``turn``'s user message: the fact at turn 3, the question at 150, else chatter
+    of 15 to 40 words that never mentions a cat."""
+    if turn == 3:
+        return FACT
+    if turn == 150:
+        return QUESTION
+    rng = random.Random(turn)
+    words = [rng.choice(TOPICS) for _ in range(rng.randint(15, 40))]
+    return f"Turn {turn}: tell me more about " + " ".join(words)
+
+
+class Recorder:
+    """Every request the engine is asked, by run id; summary folds fail if ``failing``."""
+
+    def __init__(self, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.requests: dict[str, GenerationRequest] = {}
+        self.failing = False
+        self._stream = engine.stream
+        monkeypatch.setattr(engine, "stream", self.stream)
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        self.requests[request.request_id] = request
+        if self.failing and request.priority == BACKGROUND_PRIORITY:
+            return _failing()
+        return self._stream(request)
+
+
+async def _failing() -> AsyncIterator[Delta]:
+    raise EngineError("the summarizer is down")
+    yield  # an async generator  # pragma: no cover
+
+
+@pytest.fixture
+async def auth(run_client: httpx.AsyncClient) -> dict[str, str]:
+    return await user_headers(run_client, "ada@example.com")
+
+
+@pytest.fixture
+def recorder(run_services: Services, monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    assert isinstance(run_services.engine, FakeEngine)
+    return Recorder(run_services.engine, monkeypatch)
+
+
+async def turn(
+    client: httpx.AsyncClient, auth: dict[str, str], chat_id: str, content: str
+) -> dict[str, Any]:
+    sent = await send_json(client, auth, chat_id, content, max_tokens=MAX_TOKENS)
+    run = await wait_run(client, auth, sent["run_id"])
+    assert run["status"] == "completed", run
+    parts = run["prompt"]
+    assert parts is not None and parts["total_tokens"] <= parts["budget_tokens"], parts
+    assert run["usage"]["prompt_tokens"] == parts["total_tokens"]
+    return run
+
+
+def text_of(messages: list[ChatMessage]) -> str:
+    return "\n".join(m.content for m in messages)
+
+
+async def summary_runs(services: Services, chat_id: str) -> list[Run]:
+    async with services.db.transaction() as s:
+        found = await s.scalars(
+            select(Run).where(Run.chat_id == chat_id, Run.source == RunSource.SUMMARY)
+        )
+        return list(found)
+
+
+async def chat_row(services: Services, chat_id: str) -> Chat:
+    async with services.db.transaction() as s:
+        chat = await s.get(Chat, chat_id)
+        assert chat is not None
+        return chat
+
+
+async def test_a_200_turn_chat_is_answered_within_budget_and_remembers_turn_3(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    recorder: Recorder,
+) -> None:
+    chat_id = await new_chat(run_client, auth)
+    budget = WINDOW - MAX_TOKENS
+    previous: tuple[dict[str, Any], list[ChatMessage]] | None = None
+    prefix_changes = 0
+    for n in range(1, 201):
+        run = await turn(run_client, auth, chat_id, message(n))
+        parts = run["prompt"]
+        assert parts["budget_tokens"] == budget
+        sent = recorder.requests[run["id"]].messages
+        if previous is not None:
+            before, before_sent = previous
+            held = sent[: len(before_sent) - 1] == before_sent[:-1]  # all but the new message
+            folded = parts["summary_through_seq"] != before["summary_through_seq"]
+            assert held or folded, f"turn {n}: the prefix changed without a fold"
+            prefix_changes += not held
+        if n == 150:  # through retrieval (the fake model's summaries are gibberish)
+            assert FACT in text_of(sent)
+            assert 5 in parts["snippet_seqs"]  # turn 3's message: seq 5
+        previous = (parts, sent)
+    folds = await summary_runs(run_services, chat_id)
+    landed = [r for r in folds if r.status is RunStatus.COMPLETED]
+    assert len(landed) >= 10  # the summary folded, in chunks …
+    assert prefix_changes <= len(landed)  # … and only a fold changed the prefix
+    assert all(r.reserved_tokens is None and r.priority == BACKGROUND_PRIORITY for r in folds)
+    chat = await chat_row(run_services, chat_id)
+    assert chat.summary and chat.summary_through_seq >= 2 * len(landed)
+
+
+async def test_a_failing_summarizer_leaves_the_chat_serving(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    recorder: Recorder,
+) -> None:
+    recorder.failing = True
+    chat_id = await new_chat(run_client, auth)
+    for n in range(1, 61):
+        run = await turn(run_client, auth, chat_id, message(n) if n < 60 else QUESTION)
+    parts = run["prompt"]
+    assert parts["left_out_seqs"][0] == 1  # the window slid past the oldest turns …
+    assert FACT in text_of(recorder.requests[run["id"]].messages)  # … retrieval reaches them
+    folds = await summary_runs(run_services, chat_id)
+    assert sum(r.status is RunStatus.FAILED for r in folds) >= 10  # asked again and again
+    assert not any(r.status is RunStatus.COMPLETED for r in folds)
+    chat = await chat_row(run_services, chat_id)
+    assert (chat.summary, chat.summary_through_seq) == (None, 0)
+
+
+async def test_another_users_messages_never_reach_a_prompt(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    recorder: Recorder,
+) -> None:
+    other = await user_headers(run_client, "other@example.com")
+    theirs = await new_chat(run_client, other)
+    await turn(run_client, other, theirs, FACT)
+    mine = await new_chat(run_client, auth)
+    runs = [await turn(run_client, auth, mine, message(n)) for n in (1, 2, *range(4, 40))]
+    runs.append(await turn(run_client, auth, mine, QUESTION))
+    last = runs[-1]["prompt"]
+    assert last["summary_through_seq"] or last["left_out_seqs"]  # older turns to search
+    for run in runs:
+        assert "Bartholomew" not in text_of(recorder.requests[run["id"]].messages)
+
+
+async def test_a_message_larger_than_the_budget_is_refused_naming_the_limit(
+    run_client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    chat_id = await new_chat(run_client, auth)
+    words = " ".join(["word"] * WINDOW)
+    r = await run_client.post(
+        f"/api/chats/{chat_id}/messages",
+        json={"content": words, "max_tokens": MAX_TOKENS},
+        headers={**auth, "Accept": "application/json"},
+    )
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "content")
+    assert f"at most {WINDOW - MAX_TOKENS}" in error["message"]
+    assert f"{WINDOW}-token context window" in error["message"]
+    listed = (await run_client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()
+    assert listed["data"] == []
