@@ -33,6 +33,7 @@ from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.qos.costs import PromptCounter
 from parley.store import prompts
+from parley.store.database import Database
 from parley.store.prompts import ChatRef, Row
 from parley.store.schema import Message
 
@@ -143,20 +144,21 @@ class ChatContext:
         refuse_too_long(tokens, limits, "the prompt", param="messages")
         return tokens
 
-    async def assemble(self, s: AsyncSession, chat: ChatRef, new: NewMessage) -> Assembled:
+    async def assemble(self, db: Database, chat: ChatRef, new: NewMessage) -> Assembled:
         """The prompt of a chat's run whose new message is ``new``, within its budget.
         ContextTooLong if the new message (with the system prompt) cannot fit."""
-        draft = await self._draft(s, chat, new)
+        draft = await self._draft(db, chat, new)
         fixed_tokens = PROMPT_OVERHEAD + draft.system[0] + draft.new.tokens
         refuse_too_long(fixed_tokens, draft.limits, "the message")
         if fixed_tokens + draft.system[1] > draft.limits.budget:  # the summary cannot fit
             draft = _without_summary(draft)
-        return await self._fit(s, draft)
+        return await self._fit(db, draft)
 
-    async def _draft(self, s: AsyncSession, chat: ChatRef, new: NewMessage) -> _Draft:
-        summary, rows = await prompts.unsummarized(
-            s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT
-        )
+    async def _draft(self, db: Database, chat: ChatRef, new: NewMessage) -> _Draft:
+        async with db.transaction() as s:  # read, then counted outside it
+            summary, rows = await prompts.unsummarized(
+                s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT
+            )
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
         row = Row(new.seq or 0, MessageRole.USER.value, new.content)
         turns = await self._turns(new.model, [*rows, row])
@@ -170,7 +172,7 @@ class ChatContext:
             limits=await self.limits(new.model, new.tier, new.max_tokens),
         )
 
-    async def _fit(self, s: AsyncSession, draft: _Draft) -> Assembled:
+    async def _fit(self, db: Database, draft: _Draft) -> Assembled:
         """Compose, count exactly, and shrink the window while the count is over budget."""
         limits = draft.limits
         room = limits.budget - PROMPT_OVERHEAD - sum(draft.system) - draft.new.tokens
@@ -181,7 +183,7 @@ class ChatContext:
         counter = await self.counter()
         for _ in range(FIT_ATTEMPTS):
             start = window_start(draft.history, room, limits.fold)
-            snippets = await self._snippets(s, draft, start) if retrieving else []
+            snippets = await self._snippets(db, draft, start) if retrieving else []
             assembled = compose(
                 draft.fixed,
                 draft.history,
@@ -198,20 +200,21 @@ class ChatContext:
             room -= exact - limits.budget
         return assembled  # (still over after all attempts: the engine refuses it)
 
-    async def _snippets(self, s: AsyncSession, draft: _Draft, start: int) -> list[Turn]:
+    async def _snippets(self, db: Database, draft: _Draft, start: int) -> list[Turn]:
         """The older messages (before the verbatim window) that match the new message."""
         assert self._retrieval is not None
         history = draft.history
         before = history[start].seq if start < len(history) else draft.new.seq or 2**31 - 1
         try:
-            found = await self._retrieval.retrieve(
-                s,
-                user_id=draft.chat.user_id,
-                chat_id=draft.chat.chat_id,
-                query=draft.new.content,
-                before_seq=before,
-                limit=draft.limits.snippets,
-            )
+            async with db.transaction() as s:
+                found = await self._retrieval.retrieve(
+                    s,
+                    user_id=draft.chat.user_id,
+                    chat_id=draft.chat.chat_id,
+                    query=draft.new.content,
+                    before_seq=before,
+                    limit=draft.limits.snippets,
+                )
         except Exception:  # retrieval helps a prompt; it never breaks one
             log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
             return []

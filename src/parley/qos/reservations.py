@@ -54,11 +54,11 @@ class Costs:
     async def chat_tokens(self, new: NewRun) -> int:
         """The tokens of the prompt a chat's new run will send."""
         assert new.chat_id is not None
-        chat = ChatRef(new.user_id, new.chat_id)
+        if self.context.enabled:
+            chat = ChatRef(new.user_id, new.chat_id)
+            assembled = await self.context.assemble(self._db, chat, _new_message(new))
+            return assembled.composition.total_tokens
         async with self._db.transaction() as s:
-            if self.context.enabled:
-                assembled = await self.context.assemble(s, chat, _new_message(new))
-                return assembled.composition.total_tokens
             messages = await prompts.prompt_of_chat(
                 s, user_id=new.user_id, chat_id=new.chat_id, content=new.content
             )

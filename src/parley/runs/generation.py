@@ -56,12 +56,16 @@ class Prompting:
         fold asked for if due."""
         if run.input is not None and run.prompt_tokens is not None:  # counted at birth
             return Prompt(program_request(run), run.prompt_tokens)
+        try:
+            if run.input is None and self._context.enabled:
+                prompt = await self._assembled(run)  # (its reads in transactions of its own)
+            else:
+                async with self._db.transaction() as s:
+                    prompt = await self.prompt_of(s, run)
+        except ContextTooLong as e:
+            return Prompt(chat_request(run, []), 0, refusal=ContextLengthExceeded(e.message))
+        parts = prompt.assembled.composition.to_json() if prompt.assembled else None
         async with self._db.transaction() as s:
-            try:
-                prompt = await self.prompt_of(s, run)
-            except ContextTooLong as e:
-                return Prompt(chat_request(run, []), 0, refusal=ContextLengthExceeded(e.message))
-            parts = prompt.assembled.composition.to_json() if prompt.assembled else None
             await run_records.set_prompt_tokens(
                 s, run, prompt.tokens, json.dumps(parts) if parts else None
             )
@@ -70,21 +74,23 @@ class Prompting:
         return prompt
 
     async def prompt_of(self, s: AsyncSession, run: Run) -> Prompt:
+        """A program's (or fold's) prompt, or a chat's whole history (context management
+        off), read in ``s``."""
         if run.input is not None:
             request = program_request(run)
-        elif self._context.enabled:
-            return await self._assembled(s, run)
         else:
             history = await run_records.history(s, run)
             request = chat_request(run, [ChatMessage(m.role.value, m.content) for m in history])
         return Prompt(request, self._engine.count_prompt_tokens(run.model, request.messages))
 
-    async def _assembled(self, s: AsyncSession, run: Run) -> Prompt:
+    async def _assembled(self, run: Run) -> Prompt:
         assert run.chat_id is not None and run.user_message_id is not None
-        message = await s.get(Message, run.user_message_id)
+        async with self._db.transaction() as s:
+            message = await s.get(Message, run.user_message_id)
         assert message is not None
         new = NewMessage(message.content, run.model, run.tier, run.max_tokens, message.seq)
-        assembled = await self._context.assemble(s, ChatRef(run.user_id, run.chat_id), new)
+        chat = ChatRef(run.user_id, run.chat_id)
+        assembled = await self._context.assemble(self._db, chat, new)
         request = chat_request(run, assembled.messages)
         return Prompt(request, assembled.composition.total_tokens, assembled)
 
