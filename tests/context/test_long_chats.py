@@ -148,6 +148,9 @@ async def test_a_200_turn_chat_is_answered_within_budget_and_remembers_turn_3(
     assert all(r.reserved_tokens is None and r.priority == BACKGROUND_PRIORITY for r in folds)
     chat = await chat_row(run_services, chat_id)
     assert chat.summary and chat.summary_through_seq >= 2 * len(landed)
+    shown = (await run_client.get(f"/api/chats/{chat_id}", headers=auth)).json()
+    assert shown["summary_through_seq"] >= chat.summary_through_seq  # (a fold may land since)
+    assert shown["summary"]
 
 
 async def test_a_failing_summarizer_leaves_the_chat_serving(

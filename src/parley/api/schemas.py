@@ -182,6 +182,18 @@ class ChatOut(BaseModel):
     last_activity_at: datetime
 
 
+class ChatDetail(ChatOut):
+    """One chat, with what parley remembers of its older messages."""
+
+    summary: str | None = Field(
+        description="The rolling summary of the chat's older messages, as the model wrote it "
+        "(a long chat's prompts carry it instead of those messages); None until the first fold."
+    )
+    summary_through_seq: int = Field(
+        description="The summary covers messages 1..this (0: no summary yet)."
+    )
+
+
 class ChatList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ChatOut]

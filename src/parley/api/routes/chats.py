@@ -11,6 +11,7 @@ from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     ChatCreate,
+    ChatDetail,
     ChatList,
     ChatOut,
     ChatUpdate,
@@ -56,11 +57,11 @@ async def list_chats(
     )
 
 
-@router.get("/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404))
-async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatOut:
+@router.get("/{chat_id}", response_model=ChatDetail, responses=errors(*AUTHED, 404))
+async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatDetail:
     async with svc.db.transaction() as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
-    return ChatOut.model_validate(chat, from_attributes=True)
+    return ChatDetail.model_validate(chat, from_attributes=True)
 
 
 @router.patch("/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404, *BODY))
