@@ -88,14 +88,20 @@ def test_a_streamed_answer_equals_the_whole_one_and_reports_usage(server: str) -
     assert "".join(pieces) == text  # greedy: the same answer
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"] == whole["usage"]
+    streamed, said = dict(chunks[-1]["usage"]), dict(whole["usage"])
+    # the second asking finds the first's prompt in the prefix cache
+    assert streamed.pop("prompt_tokens_details")["cached_tokens"] > 0
+    said.pop("prompt_tokens_details")
+    assert streamed == said
 
 
 def test_the_second_turn_finds_its_prefix_in_the_cache(server: str) -> None:
     before = _health(server)["prefix_cache"]
     httpx.post(f"{server}/v1/chat/completions", json=_ask("first"), timeout=60)
-    httpx.post(f"{server}/v1/chat/completions", json=_ask("second"), timeout=60)
+    second = httpx.post(f"{server}/v1/chat/completions", json=_ask("second"), timeout=60)
     after = _health(server)["prefix_cache"]
+    # as vLLM reports it: usage.prompt_tokens_details.cached_tokens
+    assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 16 * 10
     assert after["queries"] > before["queries"]
     assert after["hits"] - before["hits"] >= 16 * 10  # the system prompt's full blocks
 

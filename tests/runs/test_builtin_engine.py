@@ -171,3 +171,19 @@ async def test_a_prompt_the_engine_cannot_hold_fails_with_a_reason(
     assert run["error"]["code"] == "context_length_exceeded"
     message = await stored_message(run_client, auth, chat_id, done.data["message_id"])
     assert (message["status"], message["content"]) == ("failed", "")
+
+
+async def test_the_next_turn_finds_the_chat_in_the_prefix_cache(
+    run_client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """The prompt's prefix holds from turn to turn, and the run says how much of it the
+    engine had cached (``prompt.cached_tokens``, ``usage.prompt_tokens_details``)."""
+    chat_id = await new_chat(run_client, auth)
+    opening = "Tell me a story about " + "a lighthouse keeper and the sea " * 12
+    first = await send_json(run_client, auth, chat_id, opening, max_tokens=8, temperature=0)
+    first_run = await wait_run(run_client, auth, first["run_id"])
+    second = await send_json(run_client, auth, chat_id, "and then?", max_tokens=8)
+    run = await wait_run(run_client, auth, second["run_id"])
+    cached = run["prompt"]["cached_tokens"]
+    assert cached >= first_run["usage"]["prompt_tokens"] - 16  # all but a partial block
+    assert run["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}

@@ -262,10 +262,17 @@ class RunAccepted(BaseModel):
     )
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="Of the prompt, the tokens found in the prefix cache.")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = Field(
+        None, description="Present once the engine said how much of the prompt it had cached."
+    )
 
 
 class PromptParts(BaseModel):

@@ -4,7 +4,8 @@ The vectors come from an OpenAI-compatible endpoint (``POST {base_url}/embedding
 cached per message (``store/embeddings.py``): a retrieval embeds the query and at most
 ``MAX_NEW_PER_CALL`` of the chat's messages that have no vector yet (the newest first), so
 a long chat is covered over a few calls and never stalls one. Every failure of the endpoint
-is an ``EmbeddingsError``, for the caller to fall back to full-text search.
+is an ``EmbeddingsError``, for the caller to fall back to full-text search. The endpoint is
+never waited on inside a transaction: reads and writes each take a short one of their own.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context.settings import EmbeddingsSettings
 from parley.store import embeddings as cache
+from parley.store.database import Database
 from parley.store.schema import Message
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def _embedding(item: dict[str, Any]) -> list[float]:
 
 
 async def rank(
-    s: AsyncSession,
+    db: Database,
     client: EmbeddingsClient,
     *,
     user_id: str,
@@ -122,24 +123,29 @@ async def rank(
 ) -> list[Message]:
     """The chat's messages before ``before_seq`` that go into prompts, most similar to
     ``query`` first; missing vectors embedded and cached first. EmbeddingsError if the
-    endpoint fails."""
+    endpoint fails.
+
+    No transaction is held while the endpoint is waited on: the candidates and their
+    cached vectors are read in one short transaction, the new vectors written in another
+    (on SQLite every transaction holds the process's one write lock)."""
     if limit <= 0 or not query.strip():
         return []
-    found = await cache.candidates(
-        s,
-        user_id=user_id,
-        chat_id=chat_id,
-        before_seq=before_seq,
-        model=client.model,
-        limit=MAX_CANDIDATES,
-    )
+    async with db.transaction() as s:
+        found = await cache.candidates(
+            s,
+            user_id=user_id,
+            chat_id=chat_id,
+            before_seq=before_seq,
+            model=client.model,
+            limit=MAX_CANDIDATES,
+        )
     if not found:
         return []
     missing = [c.message for c in found if c.vector is None][:MAX_NEW_PER_CALL]
     embedded = await client.embed([query, *(m.content for m in missing)])
     query_vector = np.asarray(embedded[0], dtype=np.float32)
     new = [(m, np.asarray(v, dtype=np.float32)) for m, v in zip(missing, embedded[1:], strict=True)]
-    await _keep(s, client.model, new)
+    await _keep(db, client.model, new)
     known = {c.message.id: c.vector for c in found if c.vector is not None}
     known.update((m.id, v) for m, v in new)
     ranked = [c.message for c in found if _fits(known.get(c.message.id), query_vector)]
@@ -153,13 +159,14 @@ def _fits(vector: cache.Vector | None, query: cache.Vector) -> bool:
     return vector is not None and vector.shape == query.shape
 
 
-async def _keep(s: AsyncSession, model: str, vectors: list[tuple[Message, cache.Vector]]) -> None:
-    """Cache the new vectors in a savepoint: a message deleted meanwhile (or any other
-    failure to write) loses its vector, never the caller's transaction."""
+async def _keep(db: Database, model: str, vectors: list[tuple[Message, cache.Vector]]) -> None:
+    """Cache the new vectors in a short transaction of their own: any failure to write
+    (a message deleted meanwhile, say) undoes it alone and loses these vectors (embedded
+    again next time), never the ranking."""
     if not vectors:
         return
     try:
-        async with s.begin_nested():
+        async with db.transaction() as s:
             await cache.store(s, model=model, vectors=vectors)
     except Exception:
         log.warning("embeddings: could not cache %d vectors", len(vectors), exc_info=True)

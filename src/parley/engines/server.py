@@ -51,6 +51,7 @@ from parley.openai.protocol import (
     ErrorResponse,
     ModelCard,
     ModelCardList,
+    PromptTokensDetails,
     sse_data,
 )
 
@@ -67,22 +68,29 @@ class _Answer:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int | None = None
     finish: str | None = None
 
     def take(self, delta: Delta) -> None:
         self.completion_tokens += delta.tokens
         if delta.prompt_tokens is not None:
             self.prompt_tokens = delta.prompt_tokens
+        if delta.cached_tokens is not None:
+            self.cached_tokens = delta.cached_tokens
         if delta.finish_reason is not None:
             self.finish = delta.finish_reason.value
 
     @property
     def usage(self) -> CompletionUsage:
         total = self.prompt_tokens + self.completion_tokens
+        cached = self.cached_tokens
         return CompletionUsage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             total_tokens=total,
+            prompt_tokens_details=None
+            if cached is None
+            else PromptTokensDetails(cached_tokens=cached),
         )
 
 

@@ -56,6 +56,7 @@ class _Tally:
     finish: FinishReason | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # the upstream's prefix cache hits, if it says
     done: bool = False  # [DONE] seen
 
     @property
@@ -138,6 +139,8 @@ class AnswerReader:
         if chunk.usage is not None:
             tally.prompt_tokens = chunk.usage.prompt_tokens
             tally.completion_tokens = chunk.usage.completion_tokens
+            details = chunk.usage.prompt_tokens_details
+            tally.cached_tokens = details.cached_tokens if details is not None else None
         out: list[Delta] = []
         for choice in chunk.choices:
             if choice.index != 0:
@@ -171,7 +174,8 @@ class AnswerReader:
         extra = 0
         if tally.completion_tokens is not None:
             extra = max(0, tally.completion_tokens - tally.tokens)
-        return Delta("", extra, tally.finish or FinishReason.STOP, tally.prompt_tokens)
+        finish = tally.finish or FinishReason.STOP
+        return Delta("", extra, finish, tally.prompt_tokens, tally.cached_tokens)
 
     def _broken(self, what: str) -> EngineError:
         return UpstreamBroken(f"{self.label} {what}")

@@ -88,10 +88,15 @@ class ChatCompletionRequest(_Lenient):
         return self.max_completion_tokens or self.max_tokens
 
 
+class PromptTokensDetails(_Lenient):
+    cached_tokens: int = 0  # of the prompt, found in the server's prefix cache
+
+
 class CompletionUsage(_Lenient):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ChunkDelta(_Lenient):

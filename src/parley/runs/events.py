@@ -47,13 +47,17 @@ def done_event(run: Run) -> RunEvent:
     )
 
 
-def usage(run: Run) -> dict[str, int]:
+def usage(run: Run) -> dict[str, Any]:
+    """OpenAI's usage object; ``prompt_tokens_details.cached_tokens`` once the engine said
+    how much of the prompt its prefix cache held."""
     prompt = run.prompt_tokens or 0
     completion = run.completion_tokens or 0
+    cached = run.cached_tokens
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
     }
 
 

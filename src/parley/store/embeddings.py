@@ -96,9 +96,12 @@ async def candidates(
 
 async def store(s: AsyncSession, *, model: str, vectors: Sequence[tuple[Message, Vector]]) -> None:
     """Cache each message's vector of ``model``, replacing any other (another process may
-    have cached the same message meanwhile: the last one wins, never a conflict)."""
+    have cached the same message meanwhile: the last one wins, never a conflict). The
+    vectors are computed outside any transaction: a message deleted since is skipped."""
     if not vectors:
         return
+    ids = {m.id for m, _ in vectors}
+    kept = set(await s.scalars(select(Message.id).where(Message.id.in_(ids))))
     now = utcnow()
     rows = [
         {
@@ -111,7 +114,10 @@ async def store(s: AsyncSession, *, model: str, vectors: Sequence[tuple[Message,
             "created_at": now,
         }
         for m, v in vectors
+        if m.id in kept
     ]
+    if not rows:
+        return
     dialect = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     insert = dialect.insert(message_embeddings)
     replace = {c: insert.excluded[c] for c in ("model", "dims", "vector", "created_at")}
