@@ -14,7 +14,7 @@ Modes (``POST /v1/chat/completions``):
 * ``quirky``: a good answer as real servers send them: keep-alive comments, ``event:`` and
   ``id:`` lines, a role-only first chunk, ``reasoning_content`` and ``logprobs`` fields,
   ``usage: null`` on every chunk, chunks of several tokens, the finish reason on its own
-  chunk, then a usage chunk (prompt 21, completion 7) and ``[DONE]``;
+  chunk, then a usage chunk (prompt 21 of which 16 cached, completion 7) and ``[DONE]``;
 * ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``.
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests,
@@ -75,7 +75,12 @@ async def quirky() -> AsyncIterator[bytes]:
         delta = {"content": text, "reasoning_content": None}
         yield _raw([{"index": 0, "delta": delta, "logprobs": {"content": []}}], usage=None)
     yield _raw([{"index": 0, "delta": {}, "finish_reason": "stop"}], usage=None)
-    usage = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
+    usage = {
+        "prompt_tokens": 21,
+        "completion_tokens": 7,
+        "total_tokens": 28,
+        "prompt_tokens_details": {"cached_tokens": 16},  # as vLLM reports its prefix cache
+    }
     yield _raw([], usage=usage)
     yield b"data: [DONE]\n\n"
 

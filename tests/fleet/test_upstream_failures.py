@@ -115,8 +115,10 @@ async def test_a_real_servers_quirks_are_read_past(
     prompt, completion = usage
     if prompt is not None:
         assert run["usage"]["prompt_tokens"] == prompt
+        assert run["usage"]["prompt_tokens_details"] == {"cached_tokens": 16}
     else:  # parley's own estimate, from the claim
         assert run["usage"]["prompt_tokens"] > 0
+        assert run["usage"]["prompt_tokens_details"] is None
     assert run["usage"]["completion_tokens"] == completion
     assert [e.event for e in evs if e.event in ("error", "done")] == ["done"]
 
