@@ -1,6 +1,8 @@
 """Retrieval (``context/retrieval.py``): full-text search without an embeddings endpoint;
 with one, ranking by a real HTTP endpoint's vectors, cached per message, and full-text
-search again whenever that endpoint fails. On SQLite and on Postgres.
+search again whenever that endpoint fails. On SQLite and on Postgres. Retrieval opens short
+transactions of its own and holds none while the endpoint answers (on SQLite every
+transaction holds the process's one write lock), and what it returns outlives its sessions.
 
 The endpoint is a real HTTP server on a thread: a bag-of-words embedding over hashed words,
 with a few synonyms (``feline`` is ``cat``) so that meaning can be told from shared words.
@@ -8,6 +10,7 @@ with a few synonyms (``feline`` is ``cat``) so that meaning can be told from sha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -22,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, inspect, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import load_settings
@@ -61,6 +64,8 @@ class Endpoint:
     mode: str = "ok"
     requests: list[list[str]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    asked: threading.Event = field(default_factory=threading.Event)  # a request came (hold)
+    release: threading.Event = field(default_factory=threading.Event)  # now answer it (hold)
 
     def answer(self, inputs: list[str]) -> tuple[int, Any]:
         data = [
@@ -77,6 +82,9 @@ class Endpoint:
             data[0]["embedding"] = [float("nan")] * DIMS
         if self.mode == "slow":
             time.sleep(1.0)
+        if self.mode == "hold":  # answers once released (or after 5 s, whatever happens)
+            self.asked.set()
+            self.release.wait(5.0)
         return 200, {"object": "list", "data": data, "model": "bow"}
 
 
@@ -141,10 +149,9 @@ async def retrieve(
     before_seq: int = ALL,
     limit: int = 3,
 ) -> list[str]:
-    async with db.transaction() as s:
-        found = await r.retrieve(
-            s, user_id=user_id, chat_id=chat_id, query=query, before_seq=before_seq, limit=limit
-        )
+    found = await r.retrieve(
+        db, user_id=user_id, chat_id=chat_id, query=query, before_seq=before_seq, limit=limit
+    )
     return [m.content for m in found]
 
 
@@ -273,8 +280,8 @@ async def test_a_vector_that_cannot_be_cached_costs_nothing_else(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A write refused by the database (here: a message that no longer exists) is undone
-    alone: the ranking stands and the caller's transaction goes on."""
+    """A write refused by the database (here: a row for a message that does not exist) is
+    undone alone: the ranking stands and the database goes on."""
 
     async def refused(s: AsyncSession, *, model: str, vectors: Any) -> None:
         await s.execute(
@@ -295,16 +302,67 @@ async def test_a_vector_that_cannot_be_cached_costs_nothing_else(
     await say(db, user, chat, CAT, *FILLER)
     r = retriever(endpoint.url)
     try:
-        async with db.transaction() as s:
-            found = await r.retrieve(
-                s, user_id=user, chat_id=chat, query=QUESTION, before_seq=ALL, limit=1
-            )
-            assert [m.content for m in found] == [CAT]
-            assert await s.scalar(select(func.count()).select_from(Message)) == 4
+        assert await retrieve(db, r, user, chat, QUESTION, limit=1) == [CAT]
     finally:
         await r.close()
+    async with db.transaction() as s:
+        assert await s.scalar(select(func.count()).select_from(Message)) == 4
     assert await cached(db) == []
     assert any("could not cache" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_no_transaction_is_held_while_the_endpoint_answers(
+    db: Database, endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the endpoint holds its answer, another transaction writes (on SQLite it would
+    wait for the process's one write lock were retrieval holding it): here it deletes a
+    message being embedded, whose vector is then skipped; the others are cached."""
+    user = await a_user(db)
+    chat = await a_chat(db, user)
+    made = await say(db, user, chat, CAT, *FILLER)
+    endpoint.mode = "hold"
+    r = retriever(endpoint.url, timeout_seconds=10)
+    try:
+        pending = asyncio.create_task(
+            r.retrieve(db, user_id=user, chat_id=chat, query=QUESTION, before_seq=ALL, limit=2)
+        )
+        assert await asyncio.to_thread(endpoint.asked.wait, 5.0)
+        try:
+            async with asyncio.timeout(2.0):  # would wait for the endpoint's 5 s, or forever
+                async with db.transaction() as s:
+                    await s.execute(delete(Message).where(Message.id == made[-1].id))
+            assert not pending.done()  # the endpoint still holds its answer
+        finally:
+            endpoint.release.set()
+        found = await pending
+    finally:
+        await r.close()
+    assert endpoint.requests[0] == [QUESTION, *(m.content for m in reversed(made))]
+    assert found[0].content == CAT
+    assert {row[0] for row in await cached(db)} == {m.id for m in made[:-1]}
+    assert not any("could not cache" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_the_messages_found_outlive_their_sessions(db: Database, endpoint: Endpoint) -> None:
+    """What retrieval returns is read in transactions now over: detached, its columns
+    loaded (a prompt reads seq, role and content)."""
+    user = await a_user(db)
+    chat = await a_chat(db, user)
+    made = await say(db, user, chat, CAT, *FILLER)
+    for url in (None, endpoint.url):  # full-text search, embeddings
+        r = retriever(url)
+        try:
+            found = await r.retrieve(
+                db, user_id=user, chat_id=chat, query="my cat", before_seq=ALL, limit=1
+            )
+        finally:
+            await r.close()
+        assert len(found) == 1 and inspect(found[0]).detached
+        assert (found[0].seq, found[0].role, found[0].content) == (
+            made[0].seq,
+            MessageRole.USER,
+            CAT,
+        )
 
 
 def closed_port_url() -> str:

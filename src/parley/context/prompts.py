@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
 from parley.context.assembly import (
@@ -49,9 +48,11 @@ FIT_ATTEMPTS = 4
 
 
 class Retrieval(Protocol):
+    """Opens its own short transactions (``context.retrieval.Retriever``)."""
+
     async def retrieve(
         self,
-        s: AsyncSession,
+        db: Database,
         *,
         user_id: str,
         chat_id: str,
@@ -205,16 +206,15 @@ class ChatContext:
         assert self._retrieval is not None
         history = draft.history
         before = history[start].seq if start < len(history) else draft.new.seq or 2**31 - 1
-        try:
-            async with db.transaction() as s:
-                found = await self._retrieval.retrieve(
-                    s,
-                    user_id=draft.chat.user_id,
-                    chat_id=draft.chat.chat_id,
-                    query=draft.new.content,
-                    before_seq=before,
-                    limit=draft.limits.snippets,
-                )
+        try:  # its own short transactions: none held while an embeddings endpoint answers
+            found = await self._retrieval.retrieve(
+                db,
+                user_id=draft.chat.user_id,
+                chat_id=draft.chat.chat_id,
+                query=draft.new.content,
+                before_seq=before,
+                limit=draft.limits.snippets,
+            )
         except Exception:  # retrieval helps a prompt; it never breaks one
             log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
             return []

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.config import Settings
 from parley.context import embeddings
 from parley.context.embeddings import EmbeddingsClient, EmbeddingsError
+from parley.store.database import Database
 from parley.store.schema import Message
 from parley.store.search import search_messages
 
@@ -37,7 +36,7 @@ class Retriever:
 
     async def retrieve(
         self,
-        s: AsyncSession,
+        db: Database,
         *,
         user_id: str,
         chat_id: str,
@@ -46,17 +45,17 @@ class Retriever:
         limit: int,
     ) -> list[Message]:
         """At most ``limit`` of the user's messages of the chat with ``seq < before_seq``
-        that go into prompts, the most relevant to ``query`` first. Never raises for the
-        embeddings endpoint: its failure is logged and full-text search answers instead.
-
-        With embeddings configured this waits on the endpoint: call it outside a
-        transaction that holds locks others wait for (SQLite's write lock above all)."""
+        that go into prompts, the most relevant to ``query`` first, detached with their
+        columns loaded. Never raises for the embeddings endpoint: its failure is logged
+        and full-text search answers instead. Opens short transactions of its own, none
+        held while the endpoint answers: call it outside any (on SQLite, one would hold
+        the process's write lock, which these wait for)."""
         if limit <= 0:
             return []
         if self._client is not None:
             try:
                 return await embeddings.rank(
-                    s,
+                    db,
                     self._client,
                     user_id=user_id,
                     chat_id=chat_id,
@@ -66,9 +65,15 @@ class Retriever:
                 )
             except EmbeddingsError as e:
                 log.warning("retrieval: embeddings failed, full-text search instead: %s", e)
-        return await search_messages(
-            s, user_id=user_id, chat_id=chat_id, query=query, before_seq=before_seq, limit=limit
-        )
+        async with db.transaction() as s:
+            return await search_messages(
+                s,
+                user_id=user_id,
+                chat_id=chat_id,
+                query=query,
+                before_seq=before_seq,
+                limit=limit,
+            )
 
     async def close(self) -> None:
         if self._client is not None:
