@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from pydantic import BaseModel
 
-from parley.api.schemas import DeltaEventData, DoneEventData, ErrorEventData, StatusEventData
+from parley.api.run_schemas import DeltaEventData, DoneEventData, ErrorEventData, StatusEventData
 from parley.services import Services
 from tests.runs.helpers import new_chat, send_json, stored_message, wait_run
 from tests.sse import collect, text_of

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
-from parley.api.schemas import (
+from parley.api.run_schemas import (
     MessageCreate,
     PromptParts,
     RunAccepted,

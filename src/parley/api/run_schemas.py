@@ -1,0 +1,167 @@
+"""Request and response bodies of the runs API: sending a message, a run as read, and the
+events of a run's stream (part of the public contract, beside ``api/schemas.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from parley.api.schemas import Strict, Text
+from parley.domain import RunSource, RunStatus
+
+
+class MessageCreate(Strict):
+    content: Annotated[Text, Field(min_length=1)]
+    model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    message_id: str = Field(description="The assistant message the run writes.")
+    user_message_id: str
+    status: RunStatus
+    model: str = Field(description="The model that serves the run.")
+    downgraded_from: str | None = Field(
+        None, description="The model asked for, when a busy service downgraded the run."
+    )
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="Of the prompt, the tokens found in the prefix cache.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = Field(
+        None, description="Present once the engine said how much of the prompt it had cached."
+    )
+
+
+class PromptParts(BaseModel):
+    """What went into a chat run's prompt, assembled under its input budget: tokens per
+    part (each part's as counted per message; ``total_tokens`` is the model's exact count of
+    the whole prompt, its template included) and which messages (by ``seq``)."""
+
+    budget_tokens: int = Field(
+        description="Window less the answer's allowance, within the tier's cap."
+    )
+    system_tokens: int = Field(description="The system prompt (and the message around it).")
+    summary_tokens: int
+    summary_through_seq: int = Field(description="The summary covers messages 1..this (0: none).")
+    snippet_tokens: int
+    snippet_seqs: list[int] = Field(description="Older messages retrieved for this prompt.")
+    recent_tokens: int
+    recent_seqs: list[int] = Field(description="[first, last] of the turns sent verbatim.")
+    new_message_tokens: int
+    left_out_seqs: list[int] = Field(
+        description="[first, last] of unsummarized turns that no longer fit (a fold is due)."
+    )
+    total_tokens: int
+    fold_due: bool = Field(description="This prompt asked for the summary to fold further.")
+    cached_tokens: int | None = Field(
+        None, description="Of the prompt, the tokens the engine found in its prefix cache."
+    )
+
+
+class RunError(BaseModel):
+    code: str
+    message: str
+
+
+class RunOut(BaseModel):
+    id: str
+    object: Literal["run"] = "run"
+    source: RunSource = Field(
+        description="`chat` (the chat API), `api` (a program, /v1) or `summary` (parley "
+        "folding a long chat's oldest turns into its summary, in the background, unbilled)."
+    )
+    chat_id: str | None = Field(description="None for a program's run made without a chat.")
+    message_id: str | None = Field(description="The assistant message; None without a chat.")
+    user_message_id: str | None
+    content: str | None = Field(
+        None, description="The answer of an ended run without a chat (else in its message)."
+    )
+    status: RunStatus
+    model: str = Field(description="The model that serves (served) the run.")
+    downgraded_from: str | None = Field(
+        None,
+        description="The model asked for, when the service was too busy for it at the user's "
+        "tier and the tier's downgrade model served the run instead.",
+    )
+    max_tokens: int
+    finish_reason: str | None
+    usage: Usage
+    error: RunError | None
+    prompt: PromptParts | None = Field(
+        None,
+        description="What went into the prompt of a chat's run, once a worker assembled it.",
+    )
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class StatusEventData(BaseModel):
+    """`event: status`: the run was queued (again) or started running. The first (queued)
+    names the model that serves the run, and the model asked for if a busy service
+    downgraded it."""
+
+    run_id: str
+    status: RunStatus
+    model: str | None = None
+    downgraded_from: str | None = None
+
+
+class DeltaEventData(BaseModel):
+    """`event: delta`: more text; with `replace`, the whole stored text instead."""
+
+    text: str
+    tokens: int
+    replace: bool = False
+
+
+class ErrorEventData(BaseModel):
+    """`event: error`: why the run failed or was rejected; `done` follows."""
+
+    code: str
+    message: str
+
+
+class DoneEventData(BaseModel):
+    """`event: done`: the last event of every run's stream."""
+
+    run_id: str
+    message_id: str | None = Field(description="None for a program's run without a chat.")
+    status: RunStatus
+    finish_reason: str | None
+    usage: Usage
+
+
+def sse_item_schema() -> dict[str, object]:
+    """One event of a run's SSE stream, in OpenAPI's shape for text/event-stream items."""
+    payloads: list[type[BaseModel]] = [
+        StatusEventData,
+        DeltaEventData,
+        ErrorEventData,
+        DoneEventData,
+    ]
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string"},
+            "event": {"type": "string", "enum": ["status", "delta", "error", "done"]},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": [m.model_json_schema() for m in payloads]},
+            },
+            "retry": {"type": "integer"},
+        },
+    }
