@@ -5,6 +5,7 @@ nothing for the user, and nothing of another user's ever reaches a prompt."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from parley.context.prompts import bears_on
 from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus
 from parley.engines.fake import FakeEngine
 from parley.engines.interface import ChatMessage, Delta, EngineError, GenerationRequest
@@ -153,6 +155,39 @@ async def test_a_200_turn_chat_is_answered_within_budget_and_remembers_turn_3(
     assert shown["summary"]
 
 
+def warmed(recorder: Recorder) -> list[list[ChatMessage]]:
+    """The prefixes prefilled after folds landed (one token asked, at the lowest priority)."""
+    return [
+        r.messages
+        for r in recorder.requests.values()
+        if r.max_tokens == 1 and r.priority == BACKGROUND_PRIORITY
+    ]
+
+
+async def test_a_landed_fold_warms_the_next_turns_prefix(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    recorder: Recorder,
+) -> None:
+    """The next turn after a fold begins with exactly the prefix prefilled for it, so the
+    engine's prefix cache holds it (a user who pauses between turns never waits for it)."""
+    chat_id = await new_chat(run_client, auth)
+    n = 0
+    while not warmed(recorder):
+        n += 1
+        assert n < 60, "no fold landed and warmed its prefix"
+        await turn(run_client, auth, chat_id, message(n))
+        await asyncio.sleep(0.05)  # a user's pause: the fold and its warming run meanwhile
+        while (await chat_row(run_services, chat_id)).summary_run_id is not None:
+            await asyncio.sleep(0.02)
+    prefix = warmed(recorder)[-1]
+    run = await turn(run_client, auth, chat_id, message(n + 1))
+    sent = recorder.requests[run["id"]].messages
+    assert sent[: len(prefix)] == prefix
+    assert prefix[0].content.startswith("Summary of this conversation's earlier messages")
+
+
 async def test_a_failing_summarizer_leaves_the_chat_serving(
     run_client: httpx.AsyncClient,
     auth: dict[str, str],
@@ -208,3 +243,17 @@ async def test_a_message_larger_than_the_budget_is_refused_naming_the_limit(
     assert f"{WINDOW}-token context window" in error["message"]
     listed = (await run_client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()
     assert listed["data"] == []
+
+
+@pytest.mark.parametrize(
+    ("new", "older", "bears"),
+    [
+        (QUESTION, FACT, True),  # cat, called
+        ("What about my cats?", "I called the cat in.", True),  # one word asked: one shared
+        ("Tell me about the river Thames", "rivers of Europe are long", False),  # one of two
+        ("Tell me about the river Thames", "The Thames is a river", True),
+        ("the and of", FACT, False),  # nothing asked
+    ],
+)
+def test_a_snippet_must_bear_on_the_new_message(new: str, older: str, bears: bool) -> None:
+    assert bears_on(new, older, 2) is bears

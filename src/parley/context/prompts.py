@@ -15,7 +15,7 @@ from typing import Protocol
 
 import anyio
 
-from parley.config import Settings
+from parley.config import Settings, TierSettings
 from parley.context.assembly import (
     MESSAGE_OVERHEAD,
     PROMPT_OVERHEAD,
@@ -31,7 +31,7 @@ from parley.context.assembly import (
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.qos.costs import PromptCounter
-from parley.store import prompts
+from parley.store import prompts, search
 from parley.store.database import Database
 from parley.store.prompts import ChatRef, Row
 from parley.store.schema import Message
@@ -94,6 +94,13 @@ class ChatContext:
         close = getattr(self._retrieval, "close", None)
         if close is not None:
             await close()
+
+    def tier(self, name: str) -> TierSettings:
+        return self._settings.tier(name)
+
+    def default_max_tokens(self, tier: TierSettings) -> int:
+        """A run's output allowance when it names none (as the submitter gives it)."""
+        return min(self._settings.default_max_tokens, tier.max_output_tokens)
 
     @property
     def enabled(self) -> bool:
@@ -218,7 +225,13 @@ class ChatContext:
         except Exception:  # retrieval helps a prompt; it never breaks one
             log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
             return []
-        candidates = [Turn(m.seq, m.role.value, m.content, 0) for m in found]
+        wanted = self._settings.context.retrieval_min_shared_words
+        semantic = getattr(self._retrieval, "uses_embeddings", False)  # ranked by meaning
+        candidates = [
+            Turn(m.seq, m.role.value, m.content, 0)
+            for m in found
+            if semantic or bears_on(draft.new.content, m.content, wanted)
+        ]
         counter = await self.counter()
         return pick_snippets(
             candidates, draft.limits, lambda text: counter.count_texts(draft.model, [text])[0]
@@ -261,3 +274,23 @@ def _without_summary(draft: _Draft) -> _Draft:
     covers are still reached through retrieval."""
     fixed = replace(draft.fixed, summary_shown=False)
     return replace(draft, fixed=fixed, system=(draft.system[0], 0))
+
+
+def bears_on(new: str, older: str, wanted: int) -> bool:
+    """Whether an older message found for ``new`` shares at least ``wanted`` of its words
+    (all of them if it has fewer), compared by a crude stem. Full-text search ranks any
+    message sharing one word; one shared word is usually chance, and every snippet costs the
+    turn uncached tokens (it rides with the new message, after the cached prefix)."""
+    asked = {_stem(w) for w in search.query_words(new)}
+    if not asked:
+        return False
+    shared = asked & {_stem(w) for w in search.query_words(older)}
+    return len(shared) >= min(wanted, len(asked))
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:6]

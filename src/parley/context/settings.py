@@ -88,6 +88,12 @@ class ContextSettings(BaseModel):
     snippet_max_chars: int = Field(
         default=600, gt=0, description="A retrieved message longer than this is cut."
     )
+    retrieval_min_shared_words: int = Field(
+        default=2,
+        ge=1,
+        description="A message full-text search found is kept only if it shares this many of "
+        "the new message's words (all, if it has fewer): chance matches cost uncached tokens.",
+    )
     embeddings: EmbeddingsSettings | None = None
 
     @model_validator(mode="after")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings
@@ -61,13 +63,25 @@ class Summaries:
         self._db = db
         self._bus = bus
         self._settings = settings
-        self._tasks: set[asyncio.Task[Run | None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def fold_soon(self, run: Run, plan: FoldPlan) -> None:
-        """Ask for the fold beside ``run`` (a chat's run whose prompt found it due)."""
-        task = asyncio.create_task(self.fold(run, plan), name=f"fold {run.chat_id}")
+        """Ask for the fold after ``run`` (a chat's run whose prompt found it due)."""
+        self.later(self.fold(run, plan))
+
+    def later(self, work: Coroutine[Any, Any, object]) -> None:
+        """Background work of the summaries (a fold asked for, a prefix warmed), kept until
+        done or closed; its failure is logged, never raised."""
+        task = asyncio.create_task(self._logged(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _logged(work: Coroutine[Any, Any, object]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("background work of the chat summaries failed")
 
     async def fold(self, run: Run, plan: FoldPlan) -> Run | None:
         """Queue the fold of ``plan`` in ``run``'s chat, unless one is under way already;

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.context.assembly import Assembled, ContextTooLong
 from parley.context.prompts import ChatContext, NewMessage
 from parley.context.summaries import Summaries
+from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus, new_id
 from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
@@ -69,9 +70,37 @@ class Prompting:
             await run_records.set_prompt_tokens(
                 s, run, prompt.tokens, json.dumps(parts) if parts else None
             )
+        return prompt
+
+    def ended(self, run: Run, prompt: Prompt, ended: Run | None) -> None:
+        """After a run's end: the fold its prompt found due is asked for now (not beside the
+        run: on one engine a fold's prefill would slow the user's answer); a fold that
+        just landed has the chat's new prefix warmed."""
         if prompt.assembled is not None and prompt.assembled.fold is not None:
             self._summaries.fold_soon(run, prompt.assembled.fold)
-        return prompt
+        landed = ended is not None and ended.status is RunStatus.COMPLETED
+        if landed and ended is not None and ended.source is RunSource.SUMMARY:
+            self._summaries.later(self._warm(ended))
+
+    async def _warm(self, fold: Run) -> None:
+        """The chat's prompt prefix as its next turn will send it (the new summary, the
+        turns since), prefilled at the lowest priority: the next turn finds it in the
+        engine's prefix cache instead of prefilling the whole prompt itself."""
+        assert fold.chat_id is not None
+        tier = self._context.tier(fold.tier)
+        new = NewMessage("", fold.model, fold.tier, self._context.default_max_tokens(tier))
+        chat = ChatRef(fold.user_id, fold.chat_id)
+        assembled = await self._context.assemble(self._db, chat, new)
+        request = GenerationRequest(
+            request_id=new_id("warm"),
+            model=fold.model,
+            messages=assembled.messages[:-1],  # the prefix, without the empty new message
+            max_tokens=1,
+            priority=BACKGROUND_PRIORITY,
+            affinity_key=fold.chat_id,
+        )
+        async for _ in self._engine.stream(request):
+            pass
 
     async def prompt_of(self, s: AsyncSession, run: Run) -> Prompt:
         """A program's (or fold's) prompt, or a chat's whole history (context management

@@ -235,21 +235,22 @@ class Worker:
             progress.over = True
             watcher.cancel()
         try:
-            await self._end(run, progress)
+            self._prompting.ended(run, prompt, await self._end(run, progress))
         finally:
             # after the end, not before: redis-py can swallow a cancellation that lands as a
             # command completes, and the watcher then runs on to its next timeout
             await asyncio.gather(watcher, return_exceptions=True)
 
-    async def _end(self, run: Run, progress: Progress) -> None:
+    async def _end(self, run: Run, progress: Progress) -> Run | None:
+        """The run ended by this worker (None: given up, or ended elsewhere)."""
         if progress.lease_lost:
             await self._give_up(run)
-            return
+            return None
         guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
         ended = await self._finisher.finish(run.id, progress.outcome(run.prompt_tokens), guard)
         if ended is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
-            return
+            return None
         log.info(
             "run %s ended with %s (finish reason %s, %s prompt + %s completion tokens%s)",
             run.id,
@@ -259,6 +260,7 @@ class Worker:
             ended.completion_tokens,
             f", error {ended.error_code}" if ended.error_code else "",
         )
+        return ended
 
     async def _stream(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
         if progress.cancelled or await self._bus.cancel_requested(run.id):
