@@ -150,3 +150,20 @@ def test_bfloat16_runs_and_stays_close_to_float32() -> None:
     while half.scheduler.has_work:
         half.step()
     assert len(s.output) == 8
+
+
+def test_a_waiting_request_of_higher_priority_goes_before_a_long_prefill() -> None:
+    """A long background prompt (a summary, a warm-up) being prefilled chunk by chunk does
+    not hold a user's request out until it is done: the request is admitted and prefilled
+    first, the background prompt takes what budget is left."""
+    c = core(max_batch_tokens=16)
+    background = seq("background", list(range(3, 43)) * 2, max_tokens=2, priority=-1)
+    c.add(background)
+    c.step()  # its first chunk of 16 of 80
+    user = seq("user", list(range(20, 32)), max_tokens=2, priority=2)
+    c.add(user)
+    c.step()
+    assert user.num_computed == 12  # all of its prompt, in the very next step …
+    assert background.num_computed == 16 + 4  # … the background one got the rest (4)
+    drain(c)
+    assert len(user.output) == len(background.output) == 2

@@ -8,9 +8,13 @@ Each ``schedule()`` builds one step's batch under a token budget:
    recomputed later (its prompt and output so far are prefilled again, mostly from
    the prefix cache);
 2. running sequences still prefilling get the next chunk of their prompt (chunked
-   prefill: a long prompt never stalls the decoding of others for more than one chunk);
+   prefill: a long prompt never stalls the decoding of others for more than one chunk),
+   but only those that outrank every waiting sequence;
 3. waiting sequences are admitted by rank while blocks and budget last, reusing the
-   longest cached prefix of their tokens.
+   longest cached prefix of their tokens;
+4. the lower-ranked prefills take what budget is left. A long low-priority prompt (a
+   background summary, a warm-up) thus never holds a user's new request out for the many
+   steps its prefill takes: the request is admitted and prefilled first.
 
 After the forward pass the engine calls ``computed()`` for every chunk, which lets
 the block manager share the blocks just filled. ``finish()`` retires a sequence and
@@ -77,8 +81,13 @@ class Scheduler:
         plan = Schedule()
         budget = self.max_batch_tokens
         budget -= self._schedule_decodes(plan, budget)
-        budget -= self._schedule_prefills(plan, budget)
-        self._admit(plan, budget)
+        prefilling = [s for s in self.running if s.status is SeqStatus.RUNNING and s.in_prefill]
+        best = min((seq.rank() for seq in self.waiting), default=None)
+        ahead = [seq for seq in prefilling if best is None or seq.rank() < best]
+        budget -= self._schedule_prefills(plan, budget, ahead)
+        budget -= self._admit(plan, budget)
+        behind = [seq for seq in prefilling if seq not in ahead and seq in self.running]
+        self._schedule_prefills(plan, budget, behind)
         return plan
 
     def computed(self, chunk: Chunk) -> None:
@@ -120,13 +129,12 @@ class Scheduler:
         self.waiting.append(seq)
         plan.preempted.append(seq)
 
-    def _schedule_prefills(self, plan: Schedule, budget: int) -> int:
+    def _schedule_prefills(self, plan: Schedule, budget: int, seqs: list[Sequence]) -> int:
         used = 0
-        for seq in sorted(self.running, key=Sequence.rank):
+        for seq in sorted(seqs, key=Sequence.rank):
             if used >= budget:
                 break
-            if seq.status is SeqStatus.RUNNING and seq.in_prefill:
-                used += self._prefill_chunk(seq, plan, budget - used)
+            used += self._prefill_chunk(seq, plan, budget - used)
         return used
 
     def _prefill_chunk(self, seq: Sequence, plan: Schedule, budget: int) -> int:
@@ -135,17 +143,19 @@ class Scheduler:
         plan.chunks.append(Chunk(seq, seq.num_computed, count, sample=count == remaining))
         return count
 
-    def _admit(self, plan: Schedule, budget: int) -> None:
+    def _admit(self, plan: Schedule, budget: int) -> int:
+        """Admit waiting sequences by rank; the budget their first chunks used."""
+        left = budget
         for seq in sorted(self.waiting, key=Sequence.rank):
-            if budget <= 0 or len(self.running) >= self.max_running:
-                return
+            if left <= 0 or len(self.running) >= self.max_running:
+                break
             tokens = seq.tokens
             if not self.blocks.can_allocate(tokens):
                 if not self.running and not plan.chunks:
                     self.waiting.remove(seq)  # it cannot fit even alone
                     plan.too_long.append(seq)
                     continue
-                return  # strict rank order: wait for blocks to free up
+                break  # strict rank order: wait for blocks to free up
             cached = self.blocks.allocate(seq.seq_id, tokens)
             seq.num_computed = cached
             if not seq.preemptions:
@@ -153,4 +163,5 @@ class Scheduler:
             seq.status = SeqStatus.RUNNING
             self.waiting.remove(seq)
             self.running.append(seq)
-            budget -= self._prefill_chunk(seq, plan, budget)
+            left -= self._prefill_chunk(seq, plan, left)
+        return budget - left
