@@ -253,7 +253,10 @@ async def test_a_message_larger_than_the_budget_is_refused_naming_the_limit(
         ("Tell me about the river Thames", "rivers of Europe are long", False),  # one of two
         ("Tell me about the river Thames", "The Thames is a river", True),
         ("the and of", FACT, False),  # nothing asked
+        # a long message sharing two words by chance: under 30% of what it asks
+        (message(7), "what of rivers and bread?", False),
+        (message(7), message(7), True),
     ],
 )
 def test_a_snippet_must_bear_on_the_new_message(new: str, older: str, bears: bool) -> None:
-    assert bears_on(new, older, 2) is bears
+    assert bears_on(new, older, 2, 0.3) is bears

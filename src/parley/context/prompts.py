@@ -225,12 +225,13 @@ class ChatContext:
         except Exception:  # retrieval helps a prompt; it never breaks one
             log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
             return []
-        wanted = self._settings.context.retrieval_min_shared_words
+        config = self._settings.context
+        wanted = (config.retrieval_min_shared_words, config.retrieval_min_shared_fraction)
         semantic = getattr(self._retrieval, "uses_embeddings", False)  # ranked by meaning
         candidates = [
             Turn(m.seq, m.role.value, m.content, 0)
             for m in found
-            if semantic or bears_on(draft.new.content, m.content, wanted)
+            if semantic or bears_on(draft.new.content, m.content, *wanted)
         ]
         counter = await self.counter()
         return pick_snippets(
@@ -276,16 +277,17 @@ def _without_summary(draft: _Draft) -> _Draft:
     return replace(draft, fixed=fixed, system=(draft.system[0], 0))
 
 
-def bears_on(new: str, older: str, wanted: int) -> bool:
+def bears_on(new: str, older: str, wanted: int, share: float = 0.0) -> bool:
     """Whether an older message found for ``new`` shares at least ``wanted`` of its words
-    (all of them if it has fewer), compared by a crude stem. Full-text search ranks any
-    message sharing one word; one shared word is usually chance, and every snippet costs the
-    turn uncached tokens (it rides with the new message, after the cached prefix)."""
+    (all of them if it has fewer) and at least ``share`` of them, compared by a crude stem.
+    Full-text search ranks any message sharing one word; a word or two in common with a long
+    message is usually chance, and every snippet costs the turn uncached tokens (it rides
+    with the new message, after the cached prefix)."""
     asked = {_stem(w) for w in search.query_words(new)}
     if not asked:
         return False
-    shared = asked & {_stem(w) for w in search.query_words(older)}
-    return len(shared) >= min(wanted, len(asked))
+    shared = len(asked & {_stem(w) for w in search.query_words(older)})
+    return shared >= min(wanted, len(asked)) and shared >= share * len(asked)
 
 
 def _stem(word: str) -> str:

@@ -94,6 +94,13 @@ class ContextSettings(BaseModel):
         description="A message full-text search found is kept only if it shares this many of "
         "the new message's words (all, if it has fewer): chance matches cost uncached tokens.",
     )
+    retrieval_min_shared_fraction: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="… and at least this share of them: a question about something said "
+        "before shares most of its few words with it, a long message shares a few by chance.",
+    )
     embeddings: EmbeddingsSettings | None = None
 
     @model_validator(mode="after")
