@@ -2,7 +2,7 @@
 
 1. the system message: the model's system prompt, then the chat's rolling summary;
 2. the most recent turns, verbatim;
-3. the new message, led by the older messages retrieved for it (if any).
+3. the new message, followed by the older messages retrieved for it (if any).
 
 The prefix stays byte-identical from one turn to the next: the verbatim window starts right
 after what the summary covers, and moves only a whole chunk at a time (when a fold lands, or
@@ -193,9 +193,11 @@ def fold_plan(fixed: Fixed, history: Sequence[Turn], limits: Limits) -> FoldPlan
 
 
 def snippets_block(snippets: Sequence[Turn]) -> str:
-    """The retrieved messages, oldest first, ahead of the new message."""
+    """The retrieved messages, oldest first, after the new message's own text: the next
+    turn's prompt holds that message without them, and shares its tokens with this one's up
+    to where they begin (before it, the whole message would be prefilled again)."""
     lines = [f"[message {t.seq}, {t.role}] {t.content}" for t in sorted(snippets, key=_seq)]
-    return "Earlier in this conversation:\n" + "\n".join(lines) + "\n\n"
+    return "\n\n(Earlier in this conversation:\n" + "\n".join(lines) + ")"
 
 
 def _seq(turn: Turn) -> int:
@@ -237,8 +239,8 @@ def compose(
         messages.append(ChatMessage(MessageRole.SYSTEM.value, text))
     recent = history[start:]
     messages += [ChatMessage(t.role, t.content) for t in recent]
-    lead = snippets_block(snippets) if snippets else ""
-    messages.append(ChatMessage(new.role, lead + new.content))
+    tail = snippets_block(snippets) if snippets else ""
+    messages.append(ChatMessage(new.role, new.content + tail))
     plan = fold_plan(fixed, history, limits)
     parts = Composition(
         budget_tokens=limits.budget,

@@ -95,7 +95,7 @@ class ContextSettings(BaseModel):
         "the new message's words (all, if it has fewer): chance matches cost uncached tokens.",
     )
     retrieval_min_shared_fraction: float = Field(
-        default=0.3,
+        default=0.5,
         ge=0,
         le=1,
         description="… and at least this share of them: a question about something said "
