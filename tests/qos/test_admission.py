@@ -270,7 +270,11 @@ async def test_the_top_tier_finds_its_reserved_slot_free(
         return await started(top)
 
     await eventually(top_started, "the pro run to start in the reserved slot")
-    assert engine.busy_slots == 4
+
+    async def four_busy() -> bool:  # (running from its claim, in the engine once prompted)
+        return engine.busy_slots == 4
+
+    await eventually(four_busy, "the pro run in the fourth slot")
     second = (await post(run_client, pro, pro_chat)).json()["run_id"]
     await asyncio.sleep(0.3)
     assert not await started(second)  # every slot is busy now
