@@ -2,10 +2,11 @@
 built-in engine.
 
     python bench/context.py [--turns 200] [--max-tokens 32] [--quick] [--verbose]
-                            [--modes managed,full] [--seed 13] [--json PATH]
+                            [--modes managed,full] [--think 0] [--seed 13] [--json PATH]
 
 One scripted conversation of ``--turns`` user messages (40-120 words each, from a seeded
-generator of sentences about varied topics) is played, turn after turn with no pause, against
+generator of sentences about varied topics) is played, each turn sent as soon as the previous
+answer ended (``--think`` seconds later, if given), against
 a fresh ``parley serve`` (SQLite in a temporary directory, in-process bus, the built-in engine
 on the bundled SmolLM2-135M: an 8,192-token window, CPU) per mode, one server after the other:
 
@@ -18,7 +19,8 @@ on the bundled SmolLM2-135M: an 8,192-token window, CPU) per mode, one server af
 
 Turn 3 plants a fact ("my cat is called Bartholomew"), turn 150 asks for it; the report says
 whether the managed prompt at turn 150 held it (its message among the retrieved snippets, or
-covered by the summary) and whether the answer named it: informational, a 135M model.
+covered by the summary's range), whether the summary's text (``GET /api/chats/{id}`` just
+before turn 150) names it, and whether the answer did: informational, a 135M model.
 
 Per turn, as the client sees it: time to first token (``POST /api/chats/{id}/messages``
 with SSE, request sent → the first ``delta`` event), then from ``GET /api/runs/{id}``: prompt
@@ -27,7 +29,9 @@ tokens (``usage.prompt_tokens``, else ``prompt.total_tokens``), the prefix-cache
 tokens) and whether a fold landed since the previous turn
 (``prompt.summary_through_seq`` changed: the system message, hence the whole prompt's prefix,
 is new). Answers are greedy (``temperature`` 0) and short (``--max-tokens``) to keep the run
-within ~15 min on 2 cores.
+short; even so 200 turns take ~35 min on the 2-core development machine (the managed mode
+~32 of them, half of that in turns that share the engine with a fold's decode); ``--quick``
+(20 turns) ~4 min.
 
 Goal (issue 13): time to first token at the last turn (200) within 1.5x that at turn 10, in
 the managed mode; the ratio of the medians over the last ten turns and turns 6-15 is printed
@@ -37,6 +41,7 @@ beside it (one turn's TTFT is noisy). The per-turn figures go to ``build/bench/c
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import random
@@ -301,6 +306,7 @@ class ModeRun:
     fact_seq: int | None  # the seq of turn FACT_TURN's message
     seconds: float
     stopped: str | None = None  # why the mode ended before the last turn
+    ask_summary: str | None = None  # the chat's summary just before the ask turn was sent
 
 
 class Conversation:
@@ -391,6 +397,12 @@ class Conversation:
         out.recent_seqs = list(prompt.get("recent_seqs") or [])
         out.fold_due = prompt.get("fold_due")
 
+    async def summary(self) -> str | None:
+        """The chat's rolling summary (``GET /api/chats/{id}``), if any."""
+        r = await self.client.get(f"/api/chats/{self.chat_id}")
+        text = r.json().get("summary") if r.status_code == 200 else None
+        return str(text) if text else None
+
     async def seq_of(self, text: str) -> int | None:
         """The seq of the user's message ``text`` (among the chat's first 100)."""
         r = await self.client.get(
@@ -469,11 +481,16 @@ async def _play(
     turns: list[TurnFigures] = []
     fact_seq: int | None = None
     stopped: str | None = None
+    ask_summary: str | None = None
     began = time.monotonic()
     async with httpx.AsyncClient(base_url=stack.base, timeout=timeout) as client:
         chat = Conversation(client, args.max_tokens)
         await chat.start(name)
         for i, text in enumerate(messages, start=1):
+            if i > 1 and args.think > 0:
+                await asyncio.sleep(args.think)
+            if i == ask_turn(len(messages)):
+                ask_summary = await chat.summary()
             t = await chat.send(i, text)
             turns.append(t)
             if i == FACT_TURN:
@@ -489,7 +506,8 @@ async def _play(
                     stopped = f"turn {i} {t.status} ({t.code}), not for the context length"
                 break
     mark_changes(turns)
-    return ModeRun(name, label, turns, fact_seq, time.monotonic() - began, stopped)
+    seconds = time.monotonic() - began
+    return ModeRun(name, label, turns, fact_seq, seconds, stopped, ask_summary)
 
 
 def _brief(t: TurnFigures) -> str:
@@ -666,6 +684,7 @@ def _managed_summary(run: ModeRun, turns: int) -> dict[str, Any]:
         s["fact_in_prompt_at_ask"] = retrieved or summarized or verbatim
         s["answer_at_ask"] = ask.answer
         s["answer_names_fact"] = NAME.lower() in ask.answer.lower()
+        s["summary_names_fact"] = NAME.lower() in (run.ask_summary or "").lower()
     return s
 
 
@@ -726,7 +745,7 @@ def report(runs: dict[str, ModeRun], s: dict[str, Any], args: argparse.Namespace
                 f"{s['ask_turn']}: {'yes' if s['fact_in_prompt_at_ask'] else 'no'} (retrieved: "
                 f"{s['fact_retrieved_at_ask']}, in the summary's range: "
                 f"{s['fact_in_summary_at_ask']}, verbatim: {s['fact_verbatim_at_ask']}); "
-                "the answer names it: "
+                f"the summary's text names it: {s['summary_names_fact']}; the answer names it: "
                 f"{s['answer_names_fact']} ({s['answer_at_ask'][:80]!r})"
             )
     if "full" in runs:
@@ -789,6 +808,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": r.seconds,
                 "stopped": r.stopped,
                 "fact_seq": r.fact_seq,
+                "ask_summary": r.ask_summary,
                 "turns": [asdict(t) for t in r.turns],
             }
             for name, r in runs.items()
@@ -806,6 +826,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="every turn in the table")
     parser.add_argument("--modes", default="managed,full")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--think", type=float, default=0, help="seconds between an answer and the next turn"
+    )
     parser.add_argument("--json", default=str(JSON_PATH), help="the per-turn figures ('': none)")
     args = parser.parse_args()
     if args.quick:
