@@ -634,9 +634,10 @@ def _managed_summary(run: ModeRun, turns: int) -> dict[str, Any]:
     tail = [t for t in run.turns[EARLY_TURN:] if t.ok]
     plain = [t for t in tail if not (t.fold or t.shift)]
     ratio = _ratio(late.ttft_ms if late else None, early.ttft_ms if early else None)
-    quiet = [t for t in plain if not t.fold_due]  # no fold landed, none due (in flight)
-    folding = [t for t in plain if t.fold_due]
     first_fold = next((t.turn for t in run.turns if t.fold), last + 1)
+    # after the first fold (the prompt's steady length), no fold landed, none due (in flight)
+    quiet = [t for t in plain if not t.fold_due and t.turn > first_fold]
+    folding = [t for t in plain if t.fold_due]
     early_turns = [t for t in done if 1 < t.turn < first_fold]
     later = [t for t in done if t.turn > first_fold and not (t.fold or t.shift)]
     budgets = [t.budget_tokens for t in done if t.budget_tokens]
@@ -730,7 +731,7 @@ def report(runs: dict[str, ModeRun], s: dict[str, Any], args: argparse.Namespace
         print(
             f"turns with a fold due (in flight beside them): {s['turns_with_fold_due']}, TTFT "
             f"median {_n(s['ttft_median_fold_due_turns_ms'])} ms, "
-            f"{_n(s['per_token_ms_fold_due_turns'])} ms a token; the other plain turns: "
+            f"{_n(s['per_token_ms_fold_due_turns'])} ms a token; the others after the first fold: "
             f"{_n(s['ttft_median_quiet_turns_ms'])} ms, {_n(s['per_token_ms_quiet_turns'])} ms "
             "a token"
         )
