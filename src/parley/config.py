@@ -327,6 +327,11 @@ class Settings(BaseSettings):
         """A tier's settings; a user on a tier no longer configured gets the default tier's."""
         return self.tiers.get(name) or self.tiers[self.default_tier]
 
+    def default_output(self, tier: TierSettings) -> int:
+        """A run's output allowance when it names none: ``default_max_tokens``, within the
+        tier's ``max_output_tokens``."""
+        return min(self.default_max_tokens, tier.max_output_tokens)
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import anyio
 
-from parley.config import Settings, TierSettings
+from parley.config import Settings
 from parley.context.assembly import (
     MESSAGE_OVERHEAD,
     PROMPT_OVERHEAD,
@@ -95,12 +95,9 @@ class ChatContext:
         if close is not None:
             await close()
 
-    def tier(self, name: str) -> TierSettings:
-        return self._settings.tier(name)
-
-    def default_max_tokens(self, tier: TierSettings) -> int:
+    def default_output(self, tier: str) -> int:
         """A run's output allowance when it names none (as the submitter gives it)."""
-        return min(self._settings.default_max_tokens, tier.max_output_tokens)
+        return self._settings.default_output(self._settings.tier(tier))
 
     @property
     def enabled(self) -> bool:

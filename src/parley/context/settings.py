@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from parley.engines.settings import BearerKey
 
 
-class EmbeddingsSettings(BaseModel):
+class EmbeddingsSettings(BearerKey):
     """An OpenAI-compatible embeddings endpoint (``POST {base_url}/embeddings``); when set,
     retrieval ranks a chat's older messages by embedding similarity, and falls back to
     full-text search whenever the endpoint fails."""
@@ -24,10 +26,6 @@ class EmbeddingsSettings(BaseModel):
         description="Up to and including /v1, e.g. http://gpu1:8000/v1.",
     )
     model: str = Field(min_length=1, max_length=200)
-    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
-    api_key_env: str | None = Field(
-        default=None, description="The environment variable that holds the API key instead."
-    )
     timeout_seconds: float = Field(default=10, gt=0)
     max_batch: int = Field(default=64, gt=0, description="Inputs embedded in one request.")
 
@@ -39,13 +37,6 @@ class EmbeddingsSettings(BaseModel):
                 "api_key_env is not set"
             )
         return self
-
-    def resolved_api_key(self) -> str | None:
-        if self.api_key is not None:
-            return self.api_key.get_secret_value()
-        if self.api_key_env:
-            return os.environ.get(self.api_key_env) or None
-        return None
 
 
 class ContextSettings(BaseModel):

@@ -69,7 +69,23 @@ class ReplicaSettings(BaseModel):
         return rest.split("/", 1)[0]
 
 
-class UpstreamSettings(BaseModel):
+class BearerKey(BaseModel):
+    """An API key sent as a Bearer token: given, or read from an environment variable."""
+
+    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable that holds the API key instead."
+    )
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        return None
+
+
+class UpstreamSettings(BearerKey):
     """How parley talks to a model's OpenAI-compatible servers, and routes among them."""
 
     model_config = {"extra": "forbid"}
@@ -80,10 +96,6 @@ class UpstreamSettings(BaseModel):
     )
     idle_timeout_seconds: float = Field(
         default=60, gt=0, description="The longest silence between two chunks of an answer."
-    )
-    api_key: SecretStr | None = Field(default=None, description="Sent as a Bearer token.")
-    api_key_env: str | None = Field(
-        default=None, description="The environment variable that holds the API key instead."
     )
     balance_factor: float = Field(
         default=1.25,
@@ -101,13 +113,6 @@ class UpstreamSettings(BaseModel):
     )
     probe_interval_seconds: float = Field(default=5, gt=0)
     probe_path: str = Field(default="/models", pattern=r"^/", description="Under base_url.")
-
-    def resolved_api_key(self) -> str | None:
-        if self.api_key is not None:
-            return self.api_key.get_secret_value()
-        if self.api_key_env:
-            return os.environ.get(self.api_key_env) or None
-        return None
 
 
 class ModelSettings(BaseModel):

@@ -10,7 +10,6 @@ allowance) or the tier's ``max_input_tokens`` (400 ``context_length_exceeded``).
 
 from __future__ import annotations
 
-from parley.config import Settings
 from parley.context.assembly import refuse_too_long
 from parley.context.prompts import ChatContext, NewMessage
 from parley.engines.interface import ChatMessage
@@ -26,10 +25,9 @@ MAX_CHARS_PER_TOKEN = 16
 
 
 class Costs:
-    def __init__(self, db: Database, budget: Budget, settings: Settings, context: ChatContext):
+    def __init__(self, db: Database, budget: Budget, context: ChatContext):
         self._db = db
         self._budget = budget
-        self._settings = settings
         self.context = context
 
     async def prepare(self) -> None:

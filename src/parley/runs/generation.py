@@ -87,8 +87,7 @@ class Prompting:
         turns since), prefilled at the lowest priority: the next turn finds it in the
         engine's prefix cache instead of prefilling the whole prompt itself."""
         assert fold.chat_id is not None
-        tier = self._context.tier(fold.tier)
-        new = NewMessage("", fold.model, fold.tier, self._context.default_max_tokens(tier))
+        new = NewMessage("", fold.model, fold.tier, self._context.default_output(fold.tier))
         chat = ChatRef(fold.user_id, fold.chat_id)
         assembled = await self._context.assemble(self._db, chat, new)
         request = GenerationRequest(

@@ -80,7 +80,7 @@ class Submitter:
     ) -> None:
         self._metrics = metrics
         self._admission = admission
-        self.costs = Costs(db, budget, settings, context)
+        self.costs = Costs(db, budget, context)
         self._db = db
         self._bus = bus
         self._budget = budget
@@ -305,7 +305,7 @@ class Submitter:
                 code="max_tokens_too_large",
                 param="max_tokens",
             )
-        return asked or min(self._settings.default_max_tokens, tier.max_output_tokens)
+        return asked or self._settings.default_output(tier)
 
     async def _existing(self, new: new_runs.NewRun) -> Run | None:
         assert new.idempotency_key is not None
