@@ -461,8 +461,20 @@ def mark_changes(turns: list[TurnFigures]) -> None:
         before = t
 
 
+def settings_env(pairs: list[str]) -> dict[str, str]:
+    """``--set context.summary_max_tokens=128`` → ``PARLEY_CONTEXT__SUMMARY_MAX_TOKENS``."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set: KEY=VALUE, not {pair!r}")
+        env["PARLEY_" + key.upper().replace(".", "__")] = value
+    return env
+
+
 async def run_mode(name: str, messages: list[str], args: argparse.Namespace, tmp: Path) -> ModeRun:
     label, env = MODES[name]
+    env = {**env, **settings_env(args.set)}
     config = tmp / f"{name}.toml"
     config.write_text(f"# bench/context.py\n{BENCH_TIERS}")
     began = time.monotonic()
@@ -827,6 +839,13 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="every turn in the table")
     parser.add_argument("--modes", default="managed,full")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for both modes' servers, e.g. context.summary_trigger_tokens=1536",
+    )
     parser.add_argument(
         "--think", type=float, default=0, help="seconds between an answer and the next turn"
     )

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from parley.context.prompts import bears_on
+from parley.context.relevance import bears_on, excerpt, stems
 from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus
 from parley.engines.fake import FakeEngine
 from parley.engines.interface import ChatMessage, Delta, EngineError, GenerationRequest
@@ -61,6 +61,7 @@ class Recorder:
     def __init__(self, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
         self.requests: dict[str, GenerationRequest] = {}
         self.failing = False
+        self.warm_gate: asyncio.Event | None = None  # set: warm-ups wait for it
         self._stream = engine.stream
         monkeypatch.setattr(engine, "stream", self.stream)
 
@@ -68,7 +69,19 @@ class Recorder:
         self.requests[request.request_id] = request
         if self.failing and request.priority == BACKGROUND_PRIORITY:
             return _failing()
+        if self.warm_gate is not None and is_warm_up(request):
+            return self._gated(request, self.warm_gate)
         return self._stream(request)
+
+    async def _gated(self, request: GenerationRequest, gate: asyncio.Event) -> AsyncIterator[Delta]:
+        await gate.wait()
+        async for delta in self._stream(request):
+            yield delta
+
+
+def is_warm_up(request: GenerationRequest) -> bool:
+    """A prefix prefilled after a fold (one token asked, at the lowest priority)."""
+    return request.max_tokens == 1 and request.priority == BACKGROUND_PRIORITY
 
 
 async def _failing() -> AsyncIterator[Delta]:
@@ -156,12 +169,8 @@ async def test_a_200_turn_chat_is_answered_within_budget_and_remembers_turn_3(
 
 
 def warmed(recorder: Recorder) -> list[list[ChatMessage]]:
-    """The prefixes prefilled after folds landed (one token asked, at the lowest priority)."""
-    return [
-        r.messages
-        for r in recorder.requests.values()
-        if r.max_tokens == 1 and r.priority == BACKGROUND_PRIORITY
-    ]
+    """The prefixes prefilled for folds (before they landed)."""
+    return [r.messages for r in recorder.requests.values() if is_warm_up(r)]
 
 
 async def test_a_landed_fold_warms_the_next_turns_prefix(
@@ -186,6 +195,44 @@ async def test_a_landed_fold_warms_the_next_turns_prefix(
     sent = recorder.requests[run["id"]].messages
     assert sent[: len(prefix)] == prefix
     assert prefix[0].content.startswith("Summary of this conversation's earlier messages")
+
+
+async def test_turns_keep_the_old_prefix_until_the_new_one_is_warm(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    recorder: Recorder,
+) -> None:
+    """A completed fold does not land while its prefix is being prefilled: a turn meanwhile
+    is sent with the old prefix (in the engine's cache), and only once the warm-up ends does
+    the summary land and the next turn begin with the warmed prefix."""
+    recorder.warm_gate = asyncio.Event()
+    chat_id = await new_chat(run_client, auth)
+    n = 0
+    while not warmed(recorder):
+        n += 1
+        assert n < 60, "no fold completed"
+        before = await turn(run_client, auth, chat_id, message(n))
+        await asyncio.sleep(0.05)
+    chat = await chat_row(run_services, chat_id)
+    assert (chat.summary, chat.summary_through_seq) == (None, 0)  # completed, not landed
+    assert chat.summary_run_id is not None
+    fold = [r for r in await summary_runs(run_services, chat_id) if r.id == chat.summary_run_id]
+    assert fold[0].status is RunStatus.COMPLETED
+    during = await turn(run_client, auth, chat_id, message(n + 1))
+    sent = recorder.requests[during["id"]].messages
+    before_sent = recorder.requests[before["id"]].messages
+    assert sent[: len(before_sent) - 1] == before_sent[:-1]  # the old prefix, held
+    assert during["prompt"]["summary_through_seq"] == 0
+    recorder.warm_gate.set()
+    while (await chat_row(run_services, chat_id)).summary_run_id is not None:
+        await asyncio.sleep(0.02)
+    chat = await chat_row(run_services, chat_id)
+    assert chat.summary_through_seq == fold[0].summary_through_seq and chat.summary
+    after = await turn(run_client, auth, chat_id, message(n + 2))
+    prefix = warmed(recorder)[-1]
+    assert recorder.requests[after["id"]].messages[: len(prefix)] == prefix
+    assert after["prompt"]["summary_through_seq"] == chat.summary_through_seq
 
 
 async def test_a_failing_summarizer_leaves_the_chat_serving(
@@ -260,3 +307,28 @@ async def test_a_message_larger_than_the_budget_is_refused_naming_the_limit(
 )
 def test_a_snippet_must_bear_on_the_new_message(new: str, older: str, bears: bool) -> None:
     assert bears_on(new, older, 2, 0.3) is bears
+
+
+def test_a_snippet_must_add_what_the_prompt_lacks() -> None:
+    """The words in common that the prompt holds already (its verbatim turns, its summary)
+    do not make a message bear on the new one: it must share enough that the prompt lacks."""
+    assert bears_on(QUESTION, FACT, 2, 0.2)
+    assert bears_on(QUESTION, FACT, 2, 0.2, known=frozenset(stems("the cat sat")))  # called
+    assert not bears_on(QUESTION, FACT, 2, 0.2, known=frozenset(stems(QUESTION)))
+    long = message(7)  # ten distinct words asked: two of them must be news to the prompt
+    assert len(stems(long)) == 10
+    assert bears_on(long, long, 2, 0.2)
+    assert not bears_on(long, long, 2, 0.2, known=frozenset(stems(long, every=True)))
+    assert bears_on(long, long, 2, 0.2, known=frozenset(sorted(stems(long))[2:]))
+    assert not bears_on(long, long, 2, 0.2, known=frozenset(sorted(stems(long))[1:]))
+
+
+def test_a_long_snippet_is_sent_as_its_sentences_that_bear_on_the_new_message() -> None:
+    chatter = " ".join(f"The {t} were lovely on day {i}." for i, t in enumerate(TOPICS))
+    older = f"{chatter} {FACT} {chatter}"
+    cut = excerpt(QUESTION, older, 120)
+    assert cut == FACT  # the one sentence about the cat, not the message's head
+    assert excerpt(QUESTION, FACT, 120) == FACT  # short enough: whole
+    both = excerpt("rivers and comets", older, 200)
+    assert "rivers" in both and "comets" in both and " … " in both and len(both) <= 200
+    assert excerpt("pianos", chatter, 40) == chatter[:40].rstrip() + "…"  # nothing shared

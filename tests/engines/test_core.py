@@ -155,15 +155,56 @@ def test_bfloat16_runs_and_stays_close_to_float32() -> None:
 def test_a_waiting_request_of_higher_priority_goes_before_a_long_prefill() -> None:
     """A long background prompt (a summary, a warm-up) being prefilled chunk by chunk does
     not hold a user's request out until it is done: the request is admitted and prefilled
-    first, the background prompt takes what budget is left."""
+    first, the background prompt sitting that step out, and goes on after."""
     c = core(max_batch_tokens=16)
     background = seq("background", list(range(3, 43)) * 2, max_tokens=2, priority=-1)
     c.add(background)
-    c.step()  # its first chunk of 16 of 80
+    c.step()  # its first chunk: a quarter of the step's 16 tokens (short background steps)
+    assert background.num_computed == 4
     user = seq("user", list(range(20, 32)), max_tokens=2, priority=2)
     c.add(user)
     c.step()
     assert user.num_computed == 12  # all of its prompt, in the very next step …
-    assert background.num_computed == 16 + 4  # … the background one got the rest (4)
+    assert background.num_computed == 4  # … alone: no chunk of the background one beside it
+    c.step()  # the user's decode, and the background prefill goes on beside it
+    assert background.num_computed == 8
     drain(c)
     assert len(user.output) == len(background.output) == 2
+
+
+def test_background_decodes_sit_out_a_users_prefill() -> None:
+    """A background sequence decoding (a summary being written) takes no part in the steps
+    that prefill a user's prompt: the user's first token costs its prefill alone. It decodes
+    again once the user's sequence decodes."""
+    c = core(max_batch_tokens=16)
+    background = seq("background", [5, 6, 7], max_tokens=40, priority=-1)
+    c.add(background)
+    c.step()
+    c.step()
+    assert len(background.output) == 2
+    user = seq("user", list(range(3, 43)), max_tokens=3, priority=0)  # 40 tokens: 3 chunks
+    c.add(user)
+    for _ in range(3):
+        c.step()
+        assert c.last_step is not None and c.last_step.batch_sequences == 1
+    assert len(background.output) == 2  # paused while the user's prompt was prefilled
+    assert len(user.output) == 1
+    c.step()
+    assert len(background.output) == 3  # beside the user's decode
+    drain(c)
+    assert len(user.output) == 3
+    assert len(background.output) == 40
+
+
+def test_a_user_request_that_cannot_fit_does_not_stall_the_background() -> None:
+    """Background sequences are held back only for a user's request that can run now: one
+    waiting for blocks they hold would otherwise wait forever."""
+    c = core(num_blocks=12, max_batch_tokens=64)
+    background = seq("background", list(range(3, 35)), max_tokens=8, priority=-1)  # 8 blocks
+    c.add(background)
+    c.step()
+    user = seq("user", list(range(40, 60)), max_tokens=2)  # 5 blocks: 4 are free
+    c.add(user)
+    drain(c)
+    assert len(background.output) == 8
+    assert len(user.output) == 2

@@ -16,6 +16,7 @@ Pure functions over counted turns; ``context.prompts`` reads the turns and count
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -183,13 +184,25 @@ def window_start(history: Sequence[Turn], room: int, fold: int) -> int:
 
 
 def fold_plan(fixed: Fixed, history: Sequence[Turn], limits: Limits) -> FoldPlan | None:
-    """The oldest chunk to fold, once the unsummarized turns pass the trigger."""
-    if sum(t.tokens for t in history) <= limits.trigger:
+    """The oldest chunk to fold, once the unsummarized turns pass the trigger; more chunks
+    if the chat outran its folds (its turns came faster than folds landed), as many as it
+    takes to bring what stays verbatim back under the trigger, within half the budget (the
+    fold's own prompt must fit). Never the newest turn."""
+    total = sum(t.tokens for t in history)
+    if total <= limits.trigger:
         return None
-    ends = chunk_ends(history, limits.fold)
-    if not ends or ends[0] >= len(history):  # never the whole history: keep the newest
+    ends = [end for end in chunk_ends(history, limits.fold) if end < len(history)]
+    if not ends:
         return None
-    return FoldPlan(tuple(history[: ends[0]]), fixed.summary, fixed.summary_through_seq)
+    before = list(itertools.accumulate(t.tokens for t in history))  # tokens up to i, incl.
+    take = ends[0]
+    for end in ends[1:]:
+        if total - before[take - 1] <= limits.trigger:
+            break
+        if before[end - 1] > limits.budget // 2:
+            break
+        take = end
+    return FoldPlan(tuple(history[:take]), fixed.summary, fixed.summary_through_seq)
 
 
 def snippets_block(snippets: Sequence[Turn]) -> str:

@@ -28,12 +28,13 @@ from parley.context.assembly import (
     refuse_too_long,
     window_start,
 )
+from parley.context.relevance import bears_on, excerpt, stems
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.qos.costs import PromptCounter
-from parley.store import prompts, search
+from parley.store import prompts
 from parley.store.database import Database
-from parley.store.prompts import ChatRef, Row
+from parley.store.prompts import ChatRef, ChatSummary, Row
 from parley.store.schema import Message
 
 log = logging.getLogger(__name__)
@@ -122,13 +123,16 @@ class ChatContext:
         cap = self._settings.tier(tier).max_input_tokens
         budget = max(0, min(window - max_tokens, cap if cap is not None else window))
         config = self._settings.context
+        trigger = int(budget * config.summary_trigger)
+        if config.summary_trigger_tokens is not None:
+            trigger = min(trigger, config.summary_trigger_tokens)
         return Limits(
             budget=budget,
             window=window,
             output=max_tokens,
             tier_cap=cap,
-            trigger=int(budget * config.summary_trigger),
-            fold=max(1, int(budget * config.fold_fraction)),
+            trigger=trigger,
+            fold=max(1, min(int(budget * config.fold_fraction), trigger // 2)),
             snippets=config.retrieval_snippets,
             snippet_tokens=min(config.retrieval_max_tokens, budget // 4),
             snippet_chars=config.snippet_max_chars,
@@ -149,20 +153,25 @@ class ChatContext:
         refuse_too_long(tokens, limits, "the prompt", param="messages")
         return tokens
 
-    async def assemble(self, db: Database, chat: ChatRef, new: NewMessage) -> Assembled:
-        """The prompt of a chat's run whose new message is ``new``, within its budget.
+    async def assemble(
+        self, db: Database, chat: ChatRef, new: NewMessage, summary: ChatSummary | None = None
+    ) -> Assembled:
+        """The prompt of a chat's run whose new message is ``new``, within its budget (with
+        ``summary`` in place of the chat's: a fold's, to warm before it lands).
         ContextTooLong if the new message (with the system prompt) cannot fit."""
-        draft = await self._draft(db, chat, new)
+        draft = await self._draft(db, chat, new, summary)
         fixed_tokens = PROMPT_OVERHEAD + draft.system[0] + draft.new.tokens
         refuse_too_long(fixed_tokens, draft.limits, "the message")
         if fixed_tokens + draft.system[1] > draft.limits.budget:  # the summary cannot fit
             draft = _without_summary(draft)
         return await self._fit(db, draft)
 
-    async def _draft(self, db: Database, chat: ChatRef, new: NewMessage) -> _Draft:
+    async def _draft(
+        self, db: Database, chat: ChatRef, new: NewMessage, pending: ChatSummary | None
+    ) -> _Draft:
         async with db.transaction() as s:  # read, then counted outside it
             summary, rows = await prompts.unsummarized(
-                s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT
+                s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT, summary=pending
             )
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
         row = Row(new.seq or 0, MessageRole.USER.value, new.content)
@@ -225,10 +234,12 @@ class ChatContext:
         config = self._settings.context
         wanted = (config.retrieval_min_shared_words, config.retrieval_min_shared_fraction)
         semantic = getattr(self._retrieval, "uses_embeddings", False)  # ranked by meaning
+        new = draft.new.content
+        known = _known(draft, start)
         candidates = [
-            Turn(m.seq, m.role.value, m.content, 0)
+            Turn(m.seq, m.role.value, excerpt(new, m.content, config.snippet_max_chars), 0)
             for m in found
-            if semantic or bears_on(draft.new.content, m.content, *wanted)
+            if semantic or bears_on(new, m.content, *wanted, known=known)
         ]
         counter = await self.counter()
         return pick_snippets(
@@ -274,22 +285,9 @@ def _without_summary(draft: _Draft) -> _Draft:
     return replace(draft, fixed=fixed, system=(draft.system[0], 0))
 
 
-def bears_on(new: str, older: str, wanted: int, share: float = 0.0) -> bool:
-    """Whether an older message found for ``new`` shares at least ``wanted`` of its words
-    (all of them if it has fewer) and at least ``share`` of them, compared by a crude stem.
-    Full-text search ranks any message sharing one word; a word or two in common with a long
-    message is usually chance, and every snippet costs the turn uncached tokens (it rides
-    with the new message, after the cached prefix)."""
-    asked = {_stem(w) for w in search.query_words(new)}
-    if not asked:
-        return False
-    shared = len(asked & {_stem(w) for w in search.query_words(older)})
-    return shared >= min(wanted, len(asked)) and shared >= share * len(asked)
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:6]
+def _known(draft: _Draft, start: int) -> frozenset[str]:
+    """The words the prompt holds already (its verbatim turns and summary), as stems."""
+    held = [t.content for t in draft.history[start:]]
+    if draft.fixed.summary and draft.fixed.summary_shown:
+        held.append(draft.fixed.summary)
+    return frozenset(stems("\n".join(held), every=True))

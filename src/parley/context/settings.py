@@ -58,14 +58,24 @@ class ContextSettings(BaseModel):
         default=0.5,
         gt=0,
         lt=1,
-        description="Fold when the verbatim turns pass this fraction of the input budget.",
+        description="Fold when the verbatim turns pass this fraction of the input budget …",
+    )
+    summary_trigger_tokens: int | None = Field(
+        default=2048,
+        gt=0,
+        description="… or this many tokens, whichever is less (None: the fraction alone). "
+        "Every turn prefills its new tokens against the whole verbatim part, so its time to "
+        "first token and its cost grow with it: this keeps a long chat's turns as fast as "
+        "its early ones, whatever the model's window.",
     )
     fold_fraction: float = Field(
         default=0.25,
         gt=0,
         lt=1,
-        description="The oldest turns folded into the summary at once, as a fraction of the "
-        "input budget: larger folds change the prompt's prefix more rarely.",
+        description="The oldest turns folded into the summary at once (a chunk), as a "
+        "fraction of the input budget, at most half the trigger: larger folds change the "
+        "prompt's prefix more rarely. A fold that finds more than a chunk past the trigger "
+        "(the chat outran its folds) takes as many chunks as it needs.",
     )
     summary_max_tokens: int = Field(
         default=256, gt=0, description="The longest summary the model is asked to write."
@@ -77,7 +87,10 @@ class ContextSettings(BaseModel):
         default=256, ge=0, description="The part of the input budget retrieved snippets may use."
     )
     snippet_max_chars: int = Field(
-        default=600, gt=0, description="A retrieved message longer than this is cut."
+        default=320,
+        gt=0,
+        description="A retrieved message longer than this is sent as its sentences that "
+        "share most of the new message's words, within this many characters.",
     )
     retrieval_min_shared_words: int = Field(
         default=2,
@@ -86,11 +99,13 @@ class ContextSettings(BaseModel):
         "the new message's words (all, if it has fewer): chance matches cost uncached tokens.",
     )
     retrieval_min_shared_fraction: float = Field(
-        default=0.5,
+        default=0.2,
         ge=0,
         le=1,
-        description="… and at least this share of them: a question about something said "
-        "before shares most of its few words with it, a long message shares a few by chance.",
+        description="… and at least this share of them: a short question about something "
+        "said long ago shares its subject's two or three words with it (a fifth of what it "
+        "asks, say); a long message shares a fifth of its many words only with one on the "
+        "same subject, a few by chance.",
     )
     embeddings: EmbeddingsSettings | None = None
 

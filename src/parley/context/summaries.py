@@ -1,13 +1,14 @@
 """The rolling summary: a chat's oldest turns folded into its summary by the model.
 
 When a run's prompt finds the chat's unsummarized turns past the trigger
-(``assembly.fold_plan``), the worker asks for a fold here, beside the run (never before it).
+(``assembly.fold_plan``), the worker asks for a fold here, once the run has ended.
 A fold is a background run (``RunSource.SUMMARY``) at ``BACKGROUND_PRIORITY``: queued below
 every tier's runs, never holding a user's run slot or counting in a model's load, never
 billed (it reserves nothing, so nothing is settled). One fold per chat is under way at a
-time (``store/summaries.begin_fold``); when its run ends, the finishing transaction lands it
-as the chat's summary, or, failed, cancelled or empty, leaves the previous one in place
-(``store/summaries.land``). A chat whose fold keeps failing still serves: its window slides
+time (``store/summaries.begin_fold``); failed, cancelled or empty, its run's finishing
+transaction lets it go, the previous summary in place; completed, the worker prefills the
+prefix it makes and then lands it as the chat's summary (``runs.generation.Prompting``,
+``store/summaries.land``). A chat whose fold keeps failing still serves: its window slides
 by whole chunks and retrieval reaches what fell out.
 """
 

@@ -1,7 +1,8 @@
 """What the engine is asked for a run, prepared once the run is claimed: a program's own
 messages and parameters, a chat's prompt assembled under its budget (``context.prompts``,
-its composition stored on the run), a fold of the chat's summary asked for beside it, or,
-with context management off, the chat's whole history.
+its composition stored on the run), a fold of the chat's summary asked for after it (and a
+completed fold's new prefix warmed before it lands), or, with context management off, the
+chat's whole history.
 
 The api counted the same prompt ahead (``ChatContext`` over the same rows) for the run's
 budget reservation; settlement charges what was really sent.
@@ -10,8 +11,10 @@ budget reservation; settlement charges what was really sent.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
+import anyio
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context.assembly import Assembled, ContextTooLong
@@ -25,10 +28,15 @@ from parley.engines.interface import (
     GenerationRequest,
 )
 from parley.runs.inputs import RunInput
-from parley.store import run_records
+from parley.store import run_records, summaries
 from parley.store.database import Database
-from parley.store.prompts import ChatRef
+from parley.store.prompts import ChatRef, ChatSummary
 from parley.store.schema import Message, Run
+
+log = logging.getLogger(__name__)
+
+# a fold's new prefix not warmed within this long lands anyway (its turns prefill it)
+WARM_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +83,35 @@ class Prompting:
     def ended(self, run: Run, prompt: Prompt, ended: Run | None) -> None:
         """After a run's end: the fold its prompt found due is asked for now (not beside the
         run: on one engine a fold's prefill would slow the user's answer); a fold that
-        just landed has the chat's new prefix warmed."""
+        just completed has the prefix it makes warmed, then lands."""
         if prompt.assembled is not None and prompt.assembled.fold is not None:
             self._summaries.fold_soon(run, prompt.assembled.fold)
-        landed = ended is not None and ended.status is RunStatus.COMPLETED
-        if landed and ended is not None and ended.source is RunSource.SUMMARY:
-            self._summaries.later(self._warm(ended))
+        completed = ended is not None and ended.status is RunStatus.COMPLETED
+        if completed and ended is not None and ended.source is RunSource.SUMMARY:
+            self._summaries.later(self._land(ended))
+
+    async def _land(self, fold: Run) -> None:
+        """The chat's prompt prefix as its next turns will send it with the new summary
+        (the summary, the turns since) prefilled at the lowest priority, then the summary
+        lands: until then the turns keep the old prefix, which the engine's prefix cache
+        holds, so no turn waits for the new one to be prefilled. A warm-up that fails or
+        takes too long only delays the landing."""
+        try:
+            with anyio.fail_after(WARM_TIMEOUT_SECONDS):
+                await self._warm(fold)
+        except Exception:
+            log.warning("chat %s: warming the new summary's prefix failed", fold.chat_id)
+        async with self._db.transaction() as s:
+            await summaries.land(s, fold)
 
     async def _warm(self, fold: Run) -> None:
-        """The chat's prompt prefix as its next turn will send it (the new summary, the
-        turns since), prefilled at the lowest priority: the next turn finds it in the
-        engine's prefix cache instead of prefilling the whole prompt itself."""
-        assert fold.chat_id is not None
+        assert fold.chat_id is not None and fold.summary_through_seq is not None
         new = NewMessage("", fold.model, fold.tier, self._context.default_output(fold.tier))
         chat = ChatRef(fold.user_id, fold.chat_id)
-        assembled = await self._context.assemble(self._db, chat, new)
+        pending = ChatSummary(
+            summaries.summary_text(fold.output), fold.summary_through_seq, fold.id
+        )
+        assembled = await self._context.assemble(self._db, chat, new, pending)
         request = GenerationRequest(
             request_id=new_id("warm"),
             model=fold.model,

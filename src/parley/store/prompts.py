@@ -42,13 +42,20 @@ class Row:
 
 
 async def unsummarized(
-    s: AsyncSession, chat: ChatRef, *, before_seq: int | None, limit: int
+    s: AsyncSession,
+    chat: ChatRef,
+    *,
+    before_seq: int | None,
+    limit: int,
+    summary: ChatSummary | None = None,
 ) -> tuple[ChatSummary, list[Row]]:
-    """The chat's summary and its prompt-worthy messages after it and before ``before_seq``
-    (the run's own message; None: all), the newest ``limit`` of them, oldest first.
-    NotFound (``chat_not_found``) for a chat the user does not own."""
+    """The chat's summary (or ``summary``: a fold about to land) and its prompt-worthy
+    messages after it and before ``before_seq`` (the run's own message; None: all), the
+    newest ``limit`` of them, oldest first. NotFound (``chat_not_found``) for a chat the user
+    does not own."""
     found = await chats.get_chat(s, user_id=chat.user_id, chat_id=chat.chat_id)
-    summary = ChatSummary(found.summary, found.summary_through_seq, found.summary_run_id)
+    if summary is None:
+        summary = ChatSummary(found.summary, found.summary_through_seq, found.summary_run_id)
     query = (
         select(Message.seq, Message.role, Message.status, Message.content)
         .where(

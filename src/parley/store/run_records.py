@@ -216,8 +216,8 @@ async def finish(
     if run is None:
         return None
     await _store_message(s, run, outcome, now)
-    if run.source is RunSource.SUMMARY:  # a fold of the chat's summary lands, or lets go
-        await summaries.land(s, run, outcome.content)
+    if run.source is RunSource.SUMMARY:  # a fold without a summary lets go (else: landing)
+        await summaries.ended(s, run, outcome.content)
     return Finished(run, reserved)
 
 

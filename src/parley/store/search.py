@@ -46,17 +46,17 @@ STOP_WORDS = frozenset(
 _OVERFETCH = 2  # rows read per result wanted, should in_prompt refuse any the SQL let by
 
 
-def query_words(query: str) -> list[str]:
+def query_words(query: str, limit: int | None = MAX_WORDS) -> list[str]:
     """The words a query searches for: lower-cased, distinct, in order, stop words and
-    one-character words dropped, at most ``MAX_WORDS`` of at most ``MAX_WORD_CHARS``."""
-    words: list[str] = []
+    one-character words dropped, at most ``limit`` of at most ``MAX_WORD_CHARS``."""
+    words: dict[str, None] = {}
     for match in _WORD.finditer(query.lower()):
         word = match.group()
-        if 2 <= len(word) <= MAX_WORD_CHARS and word not in STOP_WORDS and word not in words:
-            words.append(word)
-            if len(words) == MAX_WORDS:
+        if 2 <= len(word) <= MAX_WORD_CHARS and word not in STOP_WORDS:
+            words[word] = None
+            if len(words) == limit:
                 break
-    return words
+    return list(words)
 
 
 def fts5_query(words: list[str]) -> str:

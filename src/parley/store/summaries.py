@@ -1,16 +1,20 @@
-"""A chat's rolling summary: a fold begun (one at a time per chat), and landed or let go
-when its background run ends (in the run's own finishing transaction).
+"""A chat's rolling summary: a fold begun (one at a time per chat), let go when its
+background run ends without a summary (in the run's own finishing transaction), landed once
+the worker has warmed the prompt prefix it makes (``runs.generation.Prompting``).
 
 The chat's ``summary`` covers its messages up to ``summary_through_seq``; ``summary_run_id``
-is the fold under way. A fold lands only if it is still the chat's fold under way, so two
-folds never interleave, and a failed, cancelled or empty one leaves the summary as it was.
+is the fold under way, or completed and landing. A fold lands only if it is still the chat's
+fold under way, so two folds never interleave, and a failed, cancelled or empty one leaves
+the summary as it was. A completed fold that never lands (its worker died while warming) is
+under way no longer after ``LANDING_GRACE``: the next fold begins from the summary in place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import (
@@ -25,6 +29,8 @@ from parley.store.schema import Chat, Run
 
 # a summary longer than this (in characters) is cut: the model was asked for far less
 MAX_SUMMARY_CHARS = 20_000
+# a completed fold not landed within this long is given up (the worker warming it died)
+LANDING_GRACE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +76,11 @@ async def begin_fold(s: AsyncSession, fold: Fold) -> Run | None:
 
 
 async def _take_chat(s: AsyncSession, fold: Fold, run_id: str) -> bool:
-    """Mark the chat's fold under way as ``run_id``, if none is (or its run has ended)."""
-    idle = or_(
-        Chat.summary_run_id.is_(None),
-        Chat.summary_run_id.in_(select(Run.id).where(Run.status.in_(TERMINAL_RUN_STATUSES))),
-    )
+    """Mark the chat's fold under way as ``run_id``, if none is: its run ended without a
+    summary, or completed long ago and never landed."""
+    given_up = or_(Run.status != RunStatus.COMPLETED, Run.finished_at < utcnow() - LANDING_GRACE)
+    ended = select(Run.id).where(and_(Run.status.in_(TERMINAL_RUN_STATUSES), given_up))
+    idle = or_(Chat.summary_run_id.is_(None), Chat.summary_run_id.in_(ended))
     taken = await s.execute(
         update(Chat)
         .where(
@@ -97,14 +103,26 @@ async def let_go(s: AsyncSession, run: Run) -> None:
     )
 
 
-async def land(s: AsyncSession, run: Run, text: str) -> None:
-    """A fold run ended: a completed one with text becomes the chat's summary (covering
-    messages up to its ``summary_through_seq``); any other just lets go."""
-    summary = text.strip()[:MAX_SUMMARY_CHARS]
+def summary_text(text: str | None) -> str:
+    """A fold's answer as the chat's summary ('' if none)."""
+    return (text or "").strip()[:MAX_SUMMARY_CHARS]
+
+
+async def ended(s: AsyncSession, run: Run, text: str) -> None:
+    """A fold run ended (in its finishing transaction): unless it completed with a summary
+    (to land once its prefix is warm), the chat's fold is let go."""
+    if run.status is not RunStatus.COMPLETED or not summary_text(text):
+        await let_go(s, run)
+
+
+async def land(s: AsyncSession, run: Run) -> bool:
+    """The completed fold ``run`` becomes the chat's summary (covering messages up to its
+    ``summary_through_seq``), if it is still the chat's fold under way."""
+    summary = summary_text(run.output)
     if run.status is not RunStatus.COMPLETED or not summary or run.summary_through_seq is None:
         await let_go(s, run)
-        return
-    await s.execute(
+        return False
+    landed = await s.execute(
         update(Chat)
         .where(Chat.id == run.chat_id, Chat.summary_run_id == run.id)
         .values(
@@ -114,6 +132,7 @@ async def land(s: AsyncSession, run: Run, text: str) -> None:
             summary_updated_at=utcnow(),
         )
     )
+    return bool(getattr(landed, "rowcount", 0))
 
 
 async def abandon(s: AsyncSession, run: Run) -> None:

@@ -16,6 +16,12 @@ Each ``schedule()`` builds one step's batch under a token budget:
    background summary, a warm-up) thus never holds a user's new request out for the many
    steps its prefill takes: the request is admitted and prefilled first.
 
+Background sequences (priority below 0: summaries, warm-ups) sit out every step in which a
+user's sequence is prefilling or can be admitted: the user's first token then costs that
+prefill alone, never a background decode or prefill chunk beside it. They run in the steps
+between, beside the users' decodes, in prefill chunks of a quarter of the batch budget: a
+user's request that arrives during such a step waits for a short one.
+
 After the forward pass the engine calls ``computed()`` for every chunk, which lets
 the block manager share the blocks just filled. ``finish()`` retires a sequence and
 frees its blocks at once.
@@ -27,6 +33,9 @@ from dataclasses import dataclass, field
 
 from parley.engines.builtin.block_manager import BlockManager
 from parley.engines.builtin.sequence import SeqStatus, Sequence
+
+# a background sequence's prefill chunk is at most this fraction of the batch budget
+BACKGROUND_CHUNK_DIVISOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +89,28 @@ class Scheduler:
     def schedule(self) -> Schedule:
         plan = Schedule()
         budget = self.max_batch_tokens
-        budget -= self._schedule_decodes(plan, budget)
-        prefilling = [s for s in self.running if s.status is SeqStatus.RUNNING and s.in_prefill]
+        quiet = self._user_prefilling()
+        budget -= self._schedule_decodes(plan, budget, quiet)
+        prefilling = [
+            s
+            for s in self.running
+            if s.status is SeqStatus.RUNNING and s.in_prefill and not (quiet and s.background)
+        ]
         best = min((seq.rank() for seq in self.waiting), default=None)
         ahead = [seq for seq in prefilling if best is None or seq.rank() < best]
         budget -= self._schedule_prefills(plan, budget, ahead)
-        budget -= self._admit(plan, budget)
+        budget -= self._admit(plan, budget, quiet)
         behind = [seq for seq in prefilling if seq not in ahead and seq in self.running]
         self._schedule_prefills(plan, budget, behind)
         return plan
+
+    def _user_prefilling(self) -> bool:
+        """Whether a user's sequence (not background) is prefilling, or waits and fits the
+        cache now: the steps background sequences sit out. (One that cannot fit does not
+        hold them back: they may be what frees the blocks.)"""
+        if any(s.in_prefill and not s.background for s in self.running):
+            return True
+        return any(not s.background and self.blocks.can_allocate(s.tokens) for s in self.waiting)
 
     def computed(self, chunk: Chunk) -> None:
         chunk.seq.num_computed = chunk.start + chunk.count
@@ -96,12 +118,14 @@ class Scheduler:
 
     # -- the three phases ------------------------------------------------------------------
 
-    def _schedule_decodes(self, plan: Schedule, budget: int) -> int:
+    def _schedule_decodes(self, plan: Schedule, budget: int, quiet: bool) -> int:
         used = 0
         for seq in sorted(self.running, key=Sequence.rank):
             if used >= budget:
                 break
             if seq.status is not SeqStatus.RUNNING or seq.in_prefill:
+                continue
+            if quiet and seq.background:
                 continue
             if not self._make_room(seq, plan):
                 continue
@@ -140,15 +164,19 @@ class Scheduler:
     def _prefill_chunk(self, seq: Sequence, plan: Schedule, budget: int) -> int:
         remaining = seq.num_tokens - seq.num_computed
         count = min(remaining, budget)
+        if seq.background:  # short steps: a user's request arriving waits for one at most
+            count = min(count, max(1, self.max_batch_tokens // BACKGROUND_CHUNK_DIVISOR))
         plan.chunks.append(Chunk(seq, seq.num_computed, count, sample=count == remaining))
         return count
 
-    def _admit(self, plan: Schedule, budget: int) -> int:
+    def _admit(self, plan: Schedule, budget: int, quiet: bool) -> int:
         """Admit waiting sequences by rank; the budget their first chunks used."""
         left = budget
         for seq in sorted(self.waiting, key=Sequence.rank):
             if left <= 0 or len(self.running) >= self.max_running:
                 break
+            if quiet and seq.background:
+                break  # (ranked last: none after it is a user's)
             tokens = seq.tokens
             if not self.blocks.can_allocate(tokens):
                 if not self.running and not plan.chunks:

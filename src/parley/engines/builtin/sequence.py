@@ -53,6 +53,11 @@ class Sequence:
         """More than one token still to feed (a fresh prompt, or a preempted sequence)."""
         return self.num_tokens - self.num_computed > 1
 
+    @property
+    def background(self) -> bool:
+        """Below every user's priority (a summary, a warm-up)."""
+        return self.priority < 0
+
     def rank(self) -> tuple[int, int]:
         """Sort key: higher priority first, then older first."""
         return (-self.priority, self.arrival)
