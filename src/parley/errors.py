@@ -118,6 +118,13 @@ class Unavailable(ParleyError):
     code = "unavailable"
 
 
+class DependencyUnavailable(Unavailable):
+    """The database or the message bus cannot be reached (an outage, a cut connection): the
+    request changed nothing; retry shortly (``parley.outages``)."""
+
+    code = "dependency_unavailable"
+
+
 class Overloaded(Unavailable):
     """The model is too busy to take this tier's runs now (load shedding)."""
 

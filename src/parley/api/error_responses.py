@@ -8,6 +8,7 @@ a request id) are all turned into one first.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +30,10 @@ from parley.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from parley.outages import OUTAGE_EXCEPTIONS, outage
 from parley.qos.budget import rate_limit_headers
+
+log = logging.getLogger(__name__)
 
 _HTTP_ERRORS: dict[int, tuple[type[ParleyError], str | None]] = {
     400: (InvalidRequest, "bad_request"),
@@ -131,7 +135,10 @@ async def _with_rate_limits(request: Request, exc: ParleyError) -> None:
     if who is None or services is None or not request.url.path.startswith(OPENAI_PREFIX):
         return
     if "x-ratelimit-limit-tokens" not in exc.headers:
-        balance = await services.budget.balance(who.user_id, who.tier)
+        try:
+            balance = await services.budget.balance(who.user_id, who.tier)
+        except OUTAGE_EXCEPTIONS:  # the bus is down: the error goes out without them
+            return
         exc.headers = {**rate_limit_headers(balance), **exc.headers}
 
 
@@ -177,7 +184,22 @@ def _param(loc: Sequence[Any]) -> str | None:
     return ".".join(parts) or None
 
 
+async def _on_outage(request: Request, exc: Exception) -> JSONResponse:
+    """A dependency's outage (``parley.outages``): 503 with Retry-After; any other error of
+    those classes is a bug, 500 with the request's id (logged by ``api/edge.py``'s rule)."""
+    refusal = outage(exc)
+    if refusal is None:
+        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+        return parley_error_response(ParleyError("internal server error"))
+    log.warning("%s %s refused: %s", request.method, request.url.path, refusal.message)
+    _count_refusal(request, refusal)
+    _add_backoff(request, refusal)
+    return parley_error_response(refusal)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    for kind in OUTAGE_EXCEPTIONS:
+        app.add_exception_handler(kind, _on_outage)
     app.add_exception_handler(ParleyError, _on_parley_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)

@@ -98,7 +98,9 @@ class BudgetOut(BaseModel):
 class MeOut(BaseModel):
     user: UserOut
     tier: TierOut
-    budget: BudgetOut
+    budget: BudgetOut | None = Field(
+        description="None while the message bus, which keeps the budgets, cannot be reached."
+    )
     credential: Literal["session", "api_key"]
 
 

@@ -33,6 +33,7 @@ from parley.api.schemas import (
     UserOut,
 )
 from parley.bus.interface import TokenBalance
+from parley.outages import OUTAGE_EXCEPTIONS
 from parley.services import Services
 
 router = APIRouter(prefix="/api", tags=["accounts"])
@@ -135,11 +136,14 @@ async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
     """The user, their tier and its limits, and the token budget left."""
     user = await svc.accounts.me(who)
     tier = svc.settings.tier(user.tier)
-    balance = await svc.budget.balance(user.id, user.tier)
+    try:
+        budget: BudgetOut | None = _budget_out(await svc.budget.balance(user.id, user.tier))
+    except OUTAGE_EXCEPTIONS:  # the bus is down: the account reads on, without its budget
+        budget = None
     return MeOut(
         user=UserOut.model_validate(user, from_attributes=True),
         tier=TierOut(name=user.tier, **tier.model_dump(exclude={"downgrade_model"})),
-        budget=_budget_out(balance),
+        budget=budget,
         credential=who.kind.value,
     )
 
