@@ -27,6 +27,7 @@ from tests.builders import BACKENDS, REDIS_URL, ROOMY_TIERS, served, services_fo
 from tests.faults.proxy import FaultProxy
 from tests.helpers import assert_error, user_headers
 from tests.runs.helpers import JSON, new_chat, send_json, wait_run
+from tests.sse import Event, events
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
@@ -183,3 +184,65 @@ async def test_a_postgres_outage_refuses_with_503_and_heals(
     history = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
     assert len(history.json()["data"]) == 4  # two turns, each stored once
     await no_run_left_open(postgres_url)
+
+
+@pytest.fixture
+def slow_answers(split_settings: Settings) -> None:
+    """Answers of 40 tokens, one every 40 ms: long enough to cut the bus mid-answer."""
+    split_settings.fake_engine.output_tokens = 40
+    split_settings.fake_engine.inter_token_latency_ms = 40
+
+
+async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
+    slow_answers: None, client: httpx.AsyncClient, redis_proxy: FaultProxy
+) -> None:
+    """An open stream whose bus goes away ends with an ``error`` event
+    (``dependency_unavailable``, ``retry_after``, no id: the client's Last-Event-ID stays the
+    stream's last) instead of a cut connection. The worker, unable to publish, ends the run
+    ``failed`` with the text it had (the documented rule); once the bus is back, a client
+    resuming from its last id gets that text whole (``replace``) and ``done``."""
+    auth = await user_headers(client, "ada@example.com")
+    chat_id = await new_chat(client, auth)
+    seen: list[Event] = []
+    async with client.stream(
+        "POST",
+        f"/api/chats/{chat_id}/messages",
+        json={"content": "hello"},
+        headers={**auth, "Accept": "text/event-stream"},
+    ) as r:
+        assert r.status_code == 200
+        async for ev in events(r):
+            seen.append(ev)
+            if sum(e.event == "delta" for e in seen) == 3:
+                redis_proxy.cut()
+    last = seen[-1]
+    assert last.event == "error" and last.id is None, seen
+    assert last.data["code"] == "dependency_unavailable" and last.data["retry_after"] >= 1
+    run_id = seen[0].data["run_id"]
+    last_id = [e.id for e in seen if e.id is not None][-1]
+
+    async def ended() -> dict[str, Any] | None:
+        run: dict[str, Any] = (await client.get(f"/api/runs/{run_id}", headers=auth)).json()
+        return run if run["status"] == "failed" else None
+
+    run = await eventually(ended, "the run ended failed", timeout=RECOVERY_SECONDS)
+    assert run["error"]["code"] == "dependency_unavailable", run
+    redis_proxy.restore()
+
+    async def resumed() -> list[Event] | None:
+        async with client.stream(
+            "GET", f"/api/runs/{run_id}/events", headers={**auth, "Last-Event-ID": last_id}
+        ) as r:
+            if r.status_code == 503:
+                return None
+            assert r.status_code == 200, await r.aread()
+            return [e async for e in events(r)]
+
+    rest = await eventually(resumed, "the stream resumed", timeout=RECOVERY_SECONDS)
+    assert [e.event for e in rest] == ["delta", "done"], rest
+    assert rest[0].data["replace"] is True
+    stored = (await client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]
+    answer = next(m for m in stored if m["role"] == "assistant")
+    assert answer["status"] == "failed"
+    assert rest[0].data["text"] == answer["content"] and answer["content"]
+    assert rest[1].data["status"] == "failed"

@@ -30,8 +30,11 @@ def delta_event(text: str, tokens: int = 1, *, replace: bool = False) -> RunEven
     return RunEvent(EventKind.DELTA, data)
 
 
-def error_event(code: str, message: str) -> RunEvent:
-    return RunEvent(EventKind.ERROR, {"code": code, "message": message})
+def error_event(code: str, message: str, *, retry_after: float | None = None) -> RunEvent:
+    data: dict[str, Any] = {"code": code, "message": message}
+    if retry_after is not None:
+        data["retry_after"] = retry_after
+    return RunEvent(EventKind.ERROR, data)
 
 
 def done_event(run: Run) -> RunEvent:
@@ -62,8 +65,11 @@ def usage(run: Run) -> dict[str, Any]:
 
 
 def sse_frame(entry: StreamEntry) -> str:
+    """An entry as an SSE event; one without an id (the relay's own, not the stream's)
+    has no ``id:`` line, so a client's Last-Event-ID stays the stream's last."""
     data = json.dumps(entry.event.data, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {entry.id}\nevent: {entry.event.kind.value}\ndata: {data}\n\n"
+    head = f"id: {entry.id}\n" if entry.id else ""
+    return f"{head}event: {entry.event.kind.value}\ndata: {data}\n\n"
 
 
 def sse_ping() -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from parley.bus.interface import Bus
 from parley.domain import RunStatus
+from parley.outages import OUTAGE_EXCEPTIONS
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event
@@ -83,13 +84,26 @@ class Finisher:
             )
         if ended is None:
             return None
-        await self._budget.settle_run(ended.run, ended.reserved_tokens)
+        try:
+            await self._budget.settle_run(ended.run, ended.reserved_tokens)
+        except OUTAGE_EXCEPTIONS as e:  # the run has ended all the same (stored above)
+            log.warning("run %s: settling its budget failed, the bus is down: %r", run_id, e)
         await self._let_go(ended.run)
-        if outcome.error_code is not None and outcome.error_message is not None:
-            await self._bus.append(run_id, error_event(outcome.error_code, outcome.error_message))
-        await self._bus.append(run_id, done_event(ended.run))
+        await self._announce(ended.run, outcome)
         self._tell(ended.run)
         return ended.run
+
+    async def _announce(self, run: Run, outcome: Outcome) -> None:
+        """The run's last events on its stream; with the bus down, a client that resumes
+        reads the stored answer instead (``runs.relay``)."""
+        try:
+            if outcome.error_code is not None and outcome.error_message is not None:
+                await self._bus.append(
+                    run.id, error_event(outcome.error_code, outcome.error_message)
+                )
+            await self._bus.append(run.id, done_event(run))
+        except OUTAGE_EXCEPTIONS as e:
+            log.warning("run %s: its end not published, the bus is down: %r", run.id, e)
 
     async def _let_go(self, run: Run) -> None:
         """Never raises: the run has ended either way; a slot not given back lapses."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from parley.domain import RunStatus
 from parley.engines.interface import Delta, EngineError, FinishReason
+from parley.outages import outage
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
 
@@ -59,6 +60,9 @@ class Progress:
     def _failure(self) -> tuple[str | None, str | None]:
         if isinstance(self.error, EngineError):
             return self.error.code, str(self.error) or "the engine could not serve this run"
+        down = outage(self.error) if self.error is not None else None
+        if down is not None:  # the bus (or database) went away mid-answer: what came is kept
+            return down.code, f"the answer was cut short: {down.message.split(';')[0]}"
         if self.error is not None:
             return "engine_error", f"the engine failed: {type(self.error).__name__}"
         if self.finish is FinishReason.ABORT:

@@ -9,6 +9,7 @@ has nothing after the id given, the stored message is sent as one ``delta``
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator
 
@@ -17,9 +18,10 @@ import anyio
 from parley.accounts.service import Principal
 from parley.bus.interface import Bus, EventKind, RunEvent, StreamEntry, valid_entry_id
 from parley.config import Settings
-from parley.errors import InvalidRequest, RateLimited
+from parley.errors import DependencyUnavailable, InvalidRequest, RateLimited
 from parley.observability.metrics import Metrics
-from parley.runs.events import delta_event, done_event, sse_frame, sse_ping
+from parley.outages import OUTAGE_EXCEPTIONS, outage
+from parley.runs.events import delta_event, done_event, error_event, sse_frame, sse_ping
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -90,29 +92,47 @@ class Relay:
         if self._metrics is not None:
             self._metrics.stream_opened(resumed=resumed)
         try:
-            while True:
-                entries = await self._bus.read(run_id, after, timeout=wait)
-                wait = self._settings.ping_interval_seconds
-                if entries:
-                    batch = _to_done(entries)
-                    yield batch
-                    if len(batch) < len(entries) or batch[-1].event.kind is EventKind.DONE:
-                        return
-                    after = batch[-1].id
-                    continue
-                if resumed or not await self._bus.stream_exists(run_id):
-                    stored = await self._stored(who, run_id)
-                    if stored is not None:
-                        yield stored
-                        return
-                yield [PING]
-                await self._hold(who, slot)  # refresh the slot this stream holds
+            async for batch in self._follow(who, run_id, after, slot, resumed=resumed, wait=wait):
+                yield batch
+        except OUTAGE_EXCEPTIONS as e:  # the bus went away: the client is told to resume
+            down = outage(e)
+            assert down is not None
+            yield [_outage_entry(down)]
         finally:
             # the client is gone and this task is being cancelled: give the slot back anyway
             if self._metrics is not None:
                 self._metrics.stream_closed()
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), contextlib.suppress(*OUTAGE_EXCEPTIONS):
                 await self._bus.close_stream(who.user_id, slot)
+
+    async def _follow(
+        self,
+        who: Principal,
+        run_id: str,
+        after: str | None,
+        slot: str,
+        *,
+        resumed: bool,
+        wait: float,
+    ) -> AsyncIterator[list[StreamEntry]]:
+        """The relay's loop (``_relay``); a bus or database outage raises out of it."""
+        while True:
+            entries = await self._bus.read(run_id, after, timeout=wait)
+            wait = self._settings.ping_interval_seconds
+            if entries:
+                batch = _to_done(entries)
+                yield batch
+                if len(batch) < len(entries) or batch[-1].event.kind is EventKind.DONE:
+                    return
+                after = batch[-1].id
+                continue
+            if resumed or not await self._bus.stream_exists(run_id):
+                stored = await self._stored(who, run_id)
+                if stored is not None:
+                    yield stored
+                    return
+            yield [PING]
+            await self._hold(who, slot)  # refresh the slot this stream holds
 
     async def _stored(self, who: Principal, run_id: str) -> list[StreamEntry] | None:
         """The finished run from the store as a ``delta`` (``replace``) and ``done``; None
@@ -126,6 +146,13 @@ class Relay:
             StreamEntry(STORED_ID, delta_event(content, run.completion_tokens or 0, replace=True)),
             StreamEntry(STORED_DONE_ID, done_event(run)),
         ]
+
+
+def _outage_entry(down: DependencyUnavailable) -> StreamEntry:
+    """The stream's last event when the bus goes away under it: an ``error`` without an id
+    (``dependency_unavailable``, ``retry_after``): the client resumes from its last id."""
+    message = f"{down.message.split(';')[0]}; resume this stream with Last-Event-ID"
+    return StreamEntry("", error_event(down.code, message, retry_after=down.retry_after))
 
 
 def _to_done(entries: list[StreamEntry]) -> list[StreamEntry]:

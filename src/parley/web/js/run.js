@@ -20,7 +20,7 @@ const MAX_BACKOFF_MS = 10_000;
  * - `on`: {reset, status, delta, error, done, reconnecting} callbacks.
  */
 export async function followRun({ first = null, start = null, runId = null, on, signal }) {
-  const state = { runId, lastId: null };
+  const state = { runId, lastId: null, retryAfter: null };
   let response = first;
   let attempt = 0;
   for (;;) {
@@ -47,7 +47,8 @@ export async function followRun({ first = null, start = null, runId = null, on, 
     if (signal.aborted) return null;
     response = null;
     on.reconnecting?.(null);
-    await pause(backoff(attempt++, null), signal);
+    await pause(backoff(attempt++, state.retryAfter), signal);
+    state.retryAfter = null;
   }
 }
 
@@ -73,6 +74,9 @@ async function consume(response, state, on) {
       on.status?.(data);
     } else if (ev.event === "delta") {
       on.delta?.(data);
+    } else if (ev.event === "error" && data.code === "dependency_unavailable") {
+      state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
+      return null;
     } else if (ev.event === "error") {
       on.error?.(data);
     } else if (ev.event === "done") {
