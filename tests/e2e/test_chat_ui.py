@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -252,6 +253,44 @@ def test_a_dropped_connection_resumes_the_answer(
         assert len(set(seen)) >= 2, seen
     finally:
         proxy.close()
+
+
+def test_a_bus_outage_event_shows_reconnecting_and_resumes_after_retry_after(
+    page: Page, context: BrowserContext, server: Server
+) -> None:
+    """The stream of the send is cut after its third delta by an ``error`` event of code
+    ``dependency_unavailable`` (as the api ends a stream when its bus goes away): the
+    answer shows "reconnecting", and the page resumes from the last event id only after the
+    event's ``retry_after``, with nothing missing or repeated."""
+    api = log_in(context, server)
+    open_app(page, server.url)
+    cut_at: list[float] = []
+    resumed_at: list[float] = []
+
+    def cut_short(route: Any) -> None:
+        whole = route.fetch(timeout=60_000).text()
+        frames = whole.split("\n\n")
+        deltas = [i for i, f in enumerate(frames) if "event: delta" in f]
+        outage = {"code": "dependency_unavailable", "message": "bus down", "retry_after": 2}
+        body = "\n\n".join(frames[: deltas[2] + 1])
+        body += f"\n\nevent: error\ndata: {json.dumps(outage)}\n\n"
+        cut_at.append(time.monotonic())
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body)
+
+    def resumes(request: Any) -> None:
+        if "/events" in request.url and request.headers.get("last-event-id"):
+            resumed_at.append(time.monotonic())
+
+    page.route("**/api/chats/*/messages", cut_short)
+    page.on("request", resumes)
+    send(page, "say something through an outage")
+    message = answer(page)
+    expect(message).to_contain_text("Connection lost; reconnecting")
+    expect(message).to_have_attribute("data-status", "completed", timeout=30_000)
+    assert resumed_at and cut_at
+    assert resumed_at[0] - cut_at[0] >= 1.5  # after retry_after, not at once
+    stored = api.messages(chat_id_of(page))[-1]
+    assert content(message) == stored["content"]  # no gap, no duplicate
 
 
 def test_stop_ends_the_answer_and_keeps_the_partial_text(
