@@ -7,6 +7,7 @@ restart, once the dependency is back; no run is left queued or running."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,34 @@ async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
     assert answer["status"] == "failed"
     assert rest[0].data["text"] == answer["content"] and answer["content"]
     assert rest[1].data["status"] == "failed"
+
+
+async def test_a_run_streams_through_a_postgres_outage_and_is_stored_once_it_returns(
+    slow_answers: None, client: httpx.AsyncClient, postgres_proxy: FaultProxy
+) -> None:
+    """The database goes away mid-answer: the run keeps streaming (its events go through the
+    bus), its end is stored once the database is back (retried, not lost), and the client
+    then gets ``done``; the answer is stored exactly once, whole."""
+    auth = await user_headers(client, "ada@example.com")
+    chat_id = await new_chat(client, auth)
+    seen: list[Event] = []
+    async with client.stream(
+        "POST",
+        f"/api/chats/{chat_id}/messages",
+        json={"content": "hello"},
+        headers={**auth, "Accept": "text/event-stream"},
+    ) as r:
+        assert r.status_code == 200
+        async for ev in events(r):
+            seen.append(ev)
+            if sum(e.event == "delta" for e in seen) == 3:
+                postgres_proxy.cut()
+                asyncio.get_running_loop().call_later(2.5, postgres_proxy.restore)
+    kinds = [e.event for e in seen]
+    assert kinds[-1] == "done" and "error" not in kinds, kinds
+    assert seen[-1].data["status"] == "completed"
+    assert kinds.count("delta") == 40  # every token streamed, the outage notwithstanding
+    stored = (await client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]
+    answers = [m for m in stored if m["role"] == "assistant"]
+    assert len(answers) == 1 and answers[0]["status"] == "completed"
+    assert answers[0]["content"] == "".join(e.data["text"] for e in seen if e.event == "delta")

@@ -21,6 +21,7 @@ through this door too.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ from parley.store import run_records
 from parley.store.database import Database
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
+
+# storing a run's end through an outage: the first retry after this long, doubling to the cap
+RETRY_FIRST_SECONDS = 0.1
+RETRY_CAP_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,22 @@ class Finisher:
 
     def listen(self, listener: EndListener) -> None:
         self._listeners.append(listener)
+
+    async def finish_retrying(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        """``finish``, retried while the database (or the bus, for the budget's reservation
+        read in the same step) cannot be reached: a worker that generated an answer through
+        a database outage stores it once the database is back, with backoff up to
+        ``RETRY_CAP_SECONDS`` between attempts, for as long as the worker lives."""
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return await self.finish(run_id, outcome, guard)
+            except OUTAGE_EXCEPTIONS as e:
+                log.warning(
+                    "run %s: storing its end failed (%r); retrying in %.1f s", run_id, e, delay
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP_SECONDS)
 
     async def finish(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
         """End the run with ``outcome`` if ``guard`` still holds; the ended run, or None if

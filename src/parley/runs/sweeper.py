@@ -3,10 +3,11 @@
 Runs in every process (api and worker): each step is a conditional update, so
 sweepers racing each other, or a worker, change a run at most once.
 
-- A running run whose lease lapsed: its attempt is fenced out of the stream (the bus
-  refuses that attempt's appends from then on), then it is re-queued if nothing was
-  streamed yet (up to ``max_run_attempts``; it holds its user's run slot again), otherwise
-  ``failed`` with its partial text.
+- A running run whose lease lapsed (once this sweeper has reached the database for a whole
+  lease since it last failed to: a database outage stops renewals, not workers): its
+  attempt is fenced out of the stream (the bus refuses that attempt's appends from then
+  on), then it is re-queued if nothing was streamed yet (up to ``max_run_attempts``; it
+  holds its user's run slot again), otherwise ``failed`` with its partial text.
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - A queued run sent longer ago than its tier's ``max_queue_wait_seconds`` (counted from
@@ -24,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from datetime import datetime, timedelta
 
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
@@ -48,6 +51,9 @@ class Sweeper:
         self._bus = bus
         self._finisher = finisher
         self._settings = settings
+        # since when this sweeper has reached the database without a failure (monotonic);
+        # from the start as if always: only an outage seen here makes it wait
+        self._reachable_since = -math.inf
 
     async def run_forever(self) -> None:
         while True:
@@ -56,6 +62,7 @@ class Sweeper:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self._reachable_since = math.inf  # until the next sweep that succeeds
                 log.exception("sweep failed; trying again")
             await asyncio.sleep(self._settings.sweep_interval_seconds)
 
@@ -63,8 +70,10 @@ class Sweeper:
         now = utcnow()
         async with self._db.transaction() as s:
             expired = await run_records.expired_leases(s, now=now)
-        for run in expired:
-            await self._recover(run)
+        self._reachable_since = min(self._reachable_since, time.monotonic())
+        if self._leases_judged():
+            for run in expired:
+                await self._recover(run)
         stale_before = now - timedelta(seconds=self._settings.requeue_stale_after_seconds)
         async with self._db.transaction() as s:
             stale = await run_records.stale_queued(s, older_than=stale_before)
@@ -98,6 +107,12 @@ class Sweeper:
                 if await self._finisher.finish(run.id, outcome, Guard(RunStatus.QUEUED)):
                     await self._bus.remove(run.id)
                     log.warning("run %s queued over %g s (%s tier): rejected", run.id, limit, name)
+
+    def _leases_judged(self) -> bool:
+        """Whether lapsed leases mean lost workers: not until the database has been
+        reachable for a whole lease since an outage, so that workers that could not renew
+        through it (they were generating all along) renew first, and finish their runs."""
+        return time.monotonic() - self._reachable_since >= self._settings.lease_seconds
 
     async def _recover(self, run: Run) -> None:
         # fence the lost attempt out first: from here on its worker, should it wake, can no

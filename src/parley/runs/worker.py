@@ -247,7 +247,8 @@ class Worker:
             await self._give_up(run)
             return None
         guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
-        ended = await self._finisher.finish(run.id, progress.outcome(run.prompt_tokens), guard)
+        outcome = progress.outcome(run.prompt_tokens)
+        ended = await self._finisher.finish_retrying(run.id, outcome, guard)
         if ended is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
             return None
