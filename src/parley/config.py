@@ -231,6 +231,12 @@ class Settings(BaseSettings):
     )
     stream_maxlen: int = Field(default=20_000, gt=0)
     stream_ttl_seconds: float = Field(default=3600, gt=0)
+    stream_append_batching: bool = Field(
+        default=True,
+        description="A process's appends to run streams queued while one round trip to Redis "
+        "is out go together, pipelined, in the next (one round trip per flush for all runs, "
+        "not one per token per run); false: each alone.",
+    )
     ping_interval_seconds: float = Field(default=15, gt=0)
     max_open_streams_per_user: int = Field(default=8, gt=0)
     idempotency_ttl_seconds: int = Field(default=24 * 3600, gt=0)

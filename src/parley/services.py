@@ -100,6 +100,7 @@ def bus_limits(settings: Settings) -> BusLimits:
         stream_maxlen=settings.stream_maxlen,
         stream_ttl_seconds=settings.stream_ttl_seconds,
         cancel_ttl_seconds=settings.stream_ttl_seconds,
+        append_batching=settings.stream_append_batching,
     )
 
 

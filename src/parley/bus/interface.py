@@ -45,6 +45,9 @@ class BusLimits:
     stream_maxlen: int = 20_000
     stream_ttl_seconds: float = 3600.0
     cancel_ttl_seconds: float = 3600.0
+    # a process's appends to run streams queued while one round trip is out go together in
+    # the next (Redis: one pipelined round trip for every run, not one per token per run)
+    append_batching: bool = True
 
 
 @dataclass(frozen=True, slots=True)

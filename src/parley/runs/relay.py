@@ -26,6 +26,8 @@ from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
+# a run stored as ended whose stream lacks its end: how long its last events are waited for
+END_GRACE_SECONDS = 0.5
 STORED_ID = "0-1"
 STORED_DONE_ID = "0-2"
 PING = StreamEntry("", RunEvent(EventKind.STATUS, {}))
@@ -116,6 +118,7 @@ class Relay:
         wait: float,
     ) -> AsyncIterator[list[StreamEntry]]:
         """The relay's loop (``_relay``); a bus or database outage raises out of it."""
+        lingered = False
         while True:
             entries = await self._bus.read(run_id, after, timeout=wait)
             wait = self._settings.ping_interval_seconds
@@ -126,8 +129,14 @@ class Relay:
                     return
                 after = batch[-1].id
                 continue
-            if resumed or not await self._bus.stream_exists(run_id):
+            exists = await self._bus.stream_exists(run_id)
+            if resumed or not exists:
                 stored = await self._stored(who, run_id)
+                if stored is not None and exists and not lingered:
+                    # stored as ended, its last events may still be on their way to the
+                    # stream (appends are batched): read it once more before the store
+                    lingered, wait = True, END_GRACE_SECONDS
+                    continue
                 if stored is not None:
                     yield stored
                     return

@@ -7,13 +7,14 @@ import asyncio
 import redis.asyncio as aioredis
 
 from parley.bus.interface import BusLimits
+from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
 from parley.bus.redis.load import _LoadOps
 from parley.bus.redis.queue import _QueueOps
 from parley.bus.redis.shared import MAX_BLOCK_SECONDS
 from parley.bus.redis.slots import _SlotOps
-from parley.bus.redis.streams import _READ_CONCURRENCY, _StreamOps
+from parley.bus.redis.streams import _APPEND, _READ_CONCURRENCY, _StreamOps
 from parley.bus.redis.tail import _StreamTail
 from parley.bus.redis.throttle import _ThrottleOps
 
@@ -41,6 +42,7 @@ class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps
         )
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
+        self._appends = AppendBatcher(self._redis, _APPEND, batching=self.limits.append_batching)
 
     @property
     def namespace(self) -> str:
@@ -52,6 +54,7 @@ class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps
 
     async def close(self) -> None:
         try:
+            await self._appends.close()
             await self._tail.close()
         finally:
             await self._redis.aclose()

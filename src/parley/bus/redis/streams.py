@@ -25,6 +25,7 @@ import json
 import time
 
 from parley.bus.interface import RunEvent, StaleAttempt, StreamEntry
+from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.shared import (
     _Arg,
     _entry,
@@ -69,7 +70,7 @@ return 1
 class _StreamOps(_RedisOps):
     _tail: _StreamTail
     _reads: asyncio.Semaphore  # _READ_CONCURRENCY permits
-    _append = _LuaScript(_APPEND)
+    _appends: AppendBatcher  # of _APPEND
     _raise_fence = _LuaScript(_RAISE_FENCE)
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
@@ -78,7 +79,7 @@ class _StreamOps(_RedisOps):
         fenced = "" if fence is None else str(int(fence))
         args: list[_Arg] = [self.limits.stream_maxlen, event.kind.value, data, ttl_ms, fenced]
         keys = [self._run_key(run_id, "events"), self._run_key(run_id, "fence")]
-        entry_id = await self._append(keys=keys, args=args)
+        entry_id = await self._appends.append(keys, args)
         if entry_id is None:
             raise StaleAttempt(f"run {run_id}: attempt {fence} is fenced out")
         return _text(entry_id)

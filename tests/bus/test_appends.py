@@ -1,0 +1,111 @@
+"""The Redis bus's batched appends (``bus/redis/appends.py``) on the real Redis: many runs'
+appends share one pipelined round trip per flush (those queued while one is out go in the
+next), each caller still gets its own entry id (in order per stream), a stale attempt is
+refused alone, and a script flushed from the server is loaded again."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from parley.bus.interface import BusLimits, EventKind, RunEvent, StaleAttempt
+from parley.bus.redis import RedisBus
+from tests.builders import BUS_BACKENDS, REDIS_URL
+
+pytestmark = pytest.mark.skipif("redis" not in BUS_BACKENDS, reason="the Redis bus's own")
+
+
+def delta(i: int) -> RunEvent:
+    return RunEvent(EventKind.DELTA, {"text": f"t{i}", "tokens": 1})
+
+
+class Pipelines:
+    """Counts the pipelines the bus's client executes."""
+
+    def __init__(self, bus: RedisBus) -> None:
+        self.count = 0
+        make = bus._redis.pipeline
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            pipe = make(*args, **kwargs)
+            execute = pipe.execute
+
+            async def execute_counted(*a: Any, **kw: Any) -> Any:
+                self.count += 1
+                return await execute(*a, **kw)
+
+            pipe.execute = execute_counted  # type: ignore[method-assign]
+            return pipe
+
+        bus._redis.pipeline = counted  # type: ignore[method-assign]
+
+
+async def make(batching: bool) -> RedisBus:
+    limits = BusLimits(stream_maxlen=1000, stream_ttl_seconds=60, append_batching=batching)
+    bus = RedisBus(REDIS_URL, limits, namespace=f"test-{uuid.uuid4().hex[:12]}")
+    await bus.ping()
+    return bus
+
+
+@pytest.fixture
+async def batched() -> AsyncIterator[RedisBus]:
+    bus = await make(True)
+    yield bus
+    await bus.close()
+
+
+async def test_many_runs_appends_share_few_round_trips_and_keep_their_order(
+    batched: RedisBus,
+) -> None:
+    pipelines = Pipelines(batched)
+    runs = [f"run_{i}" for i in range(50)]
+
+    async def stream(run_id: str) -> list[str]:
+        return [await batched.append(run_id, delta(i), fence=1) for i in range(8)]
+
+    ids = await asyncio.gather(*(stream(r) for r in runs))
+    assert pipelines.count <= 8 * 3  # about one flush per token step of all 50 runs (not 400)
+    for run_id, appended in zip(runs, ids, strict=True):
+        entries = await batched.read(run_id, None, timeout=0)
+        assert [e.id for e in entries] == appended
+        assert [e.event.data["text"] for e in entries] == [f"t{i}" for i in range(8)]
+
+
+async def test_without_batching_each_append_is_its_own_round_trip() -> None:
+    bus = await make(False)
+    try:
+        pipelines = Pipelines(bus)
+        await asyncio.gather(*(bus.append(f"run_{i}", delta(0)) for i in range(10)))
+        assert pipelines.count == 10
+    finally:
+        await bus.close()
+
+
+async def test_a_stale_attempt_in_a_batch_is_refused_alone(batched: RedisBus) -> None:
+    await batched.raise_fence("run_a", 2)
+    results = await asyncio.gather(
+        batched.append("run_a", delta(0), fence=1),
+        batched.append("run_a", delta(1), fence=2),
+        batched.append("run_b", delta(2), fence=1),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], StaleAttempt)
+    assert all(isinstance(r, str) for r in results[1:])
+    assert [e.event.data["text"] for e in await batched.read("run_a", None, timeout=0)] == ["t1"]
+
+
+async def test_a_script_flushed_from_the_server_is_loaded_again(batched: RedisBus) -> None:
+    await batched.append("run_a", delta(0))
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await admin.script_flush()
+    finally:
+        await admin.aclose()
+    appended = await asyncio.gather(*(batched.append("run_a", delta(i)) for i in (1, 2)))
+    entries = await batched.read("run_a", None, timeout=0)
+    assert [e.id for e in entries][1:] == appended
