@@ -8,11 +8,14 @@ to first token (p50/p99) of each, the time parley adds, and the per-token relay
 cost. ``serve`` is the embedded default (SQLite, in-process bus, one process);
 ``split`` is `parley api` + `parley worker` on Postgres and Redis.
 
-Part 2: one `parley serve` process, the fake engine at one token per 50 ms; open
-N concurrent streams (N doubling) and measure the gaps between tokens as the
-client sees them. Prints the inter-token p50/p99 at each N and the largest N whose
-p99 stays within 100 ms. The load comes from this process over raw sockets (a
-light client, so the client is not the bottleneck measured).
+Part 2: one `parley serve` process (``--load-stacks serve``), or one `parley api` and
+one `parley worker` on Postgres and Redis (``split``), the fake engine at one token per
+50 ms; open N concurrent streams and measure the gaps between tokens as the client sees
+them. Prints the inter-token p50/p99 at each N and the largest N whose p99 stays within
+100 ms. ``--compare-batching``: each level twice, the worker's appends to Redis one round
+trip each (``stream_append_batching`` false), then batched (true), side by side. The load
+comes from this process over raw sockets (a light client, so the client is not the
+bottleneck measured).
 """
 
 from __future__ import annotations
@@ -199,32 +202,43 @@ async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], 
     return gaps, len(spans)
 
 
-async def part2(kind: str, levels: list[int], tokens: int, tmp: Path) -> None:
+async def part2(kind: str, levels: list[int], tokens: int, tmp: Path, *, compare: bool) -> None:
     title = "one `parley serve` process" if kind == "serve" else "one `parley api` + a worker"
     print(f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} + N/2 tokens each\n")
-    print("| streams | completed | inter-token p50 ms | p99 ms | max ms |")
-    print("|---------|-----------|--------------------|--------|--------|")
-    best = 0
+    modes = [("off", "false"), ("on", "true")] if compare else [("on", "true")]
+    print("| streams | append batching | completed | inter-token p50 ms | p99 ms | max ms |")
+    print("|---------|-----------------|-----------|--------------------|--------|--------|")
+    best = {name: 0 for name, _ in modes}
+    going = dict.fromkeys(best, True)
     for streams in levels:
-        # every stream must still be flowing when the last one starts: longer at higher N
-        length = tokens + streams // 2
-        stack = start_stack(kind, engine_env(0, 50, length, 100_000), tmp)
-        try:
-            gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
+        for name, flag in modes:
+            if not going[name]:
+                continue
+            # every stream must still be flowing when the last one starts: longer at higher N
+            length = tokens + streams // 2
+            env = {**engine_env(0, 50, length, 100_000), "PARLEY_STREAM_APPEND_BATCHING": flag}
+            stack = start_stack(kind, env, tmp)
+            try:
+                gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
+            finally:
+                stack.stop()
             if not gaps:
-                raise SystemExit(f"no stream completed at {streams}")
-        finally:
-            stack.stop()
-        p99 = pct(gaps, 99)
-        print(
-            f"| {streams:7} | {completed:9} | {ms(pct(gaps, 50))}           | {ms(p99)} |"
-            f" {ms(max(gaps) if gaps else float('nan'))} |"
-        )
-        if p99 <= 0.100 and completed == streams:
-            best = streams
-        else:
-            break
-    print(f"\n{title} holds {best} concurrent streams with inter-token p99 <= 100 ms")
+                print(f"| {streams:7} | {name:15} | {completed:9} | — | — | — |")
+                going[name] = compare  # (compared: every level of both, whatever happens)
+                continue
+            p99 = pct(gaps, 99)
+            print(
+                f"| {streams:7} | {name:15} | {completed:9} | {ms(pct(gaps, 50))}           |"
+                f" {ms(p99)} | {ms(max(gaps))} |",
+                flush=True,
+            )
+            if p99 <= 0.100 and completed == streams:
+                best[name] = streams
+            elif not compare:
+                going[name] = False
+    for name, held in best.items():
+        batching = f" (append batching {name})" if compare else ""
+        print(f"\n{title}{batching} holds {held} concurrent streams with inter-token p99 <= 100 ms")
 
 
 def main() -> None:
@@ -238,6 +252,11 @@ def main() -> None:
     parser.add_argument("--load-tokens", type=int, default=160)
     parser.add_argument("--load-stacks", default="serve,split")
     parser.add_argument("--skip", choices=["part1", "part2"])
+    parser.add_argument(
+        "--compare-batching",
+        action="store_true",
+        help="part 2 at every level with the worker's append batching off, then on",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.skip != "part1":
@@ -245,7 +264,8 @@ def main() -> None:
         if args.skip != "part2":
             levels = [int(x) for x in args.levels.split(",")]
             for kind in args.load_stacks.split(","):
-                asyncio.run(part2(kind, levels, args.load_tokens, Path(tmp)))
+                compare = args.compare_batching
+                asyncio.run(part2(kind, levels, args.load_tokens, Path(tmp), compare=compare))
 
 
 if __name__ == "__main__":
