@@ -61,7 +61,7 @@ class ContextSettings(BaseModel):
         description="Fold when the verbatim turns pass this fraction of the input budget …",
     )
     summary_trigger_tokens: int | None = Field(
-        default=2048,
+        default=1536,
         gt=0,
         description="… or this many tokens, whichever is less (None: the fraction alone). "
         "Every turn prefills its new tokens against the whole verbatim part, so its time to "
@@ -78,7 +78,11 @@ class ContextSettings(BaseModel):
         "(the chat outran its folds) takes as many chunks as it needs.",
     )
     summary_max_tokens: int = Field(
-        default=256, gt=0, description="The longest summary the model is asked to write."
+        default=128,
+        gt=0,
+        description="The longest summary the model is asked to write: a fold's decode rides "
+        "beside the users' runs, so a longer one lands later and the verbatim part grows "
+        "meanwhile; the details are reached by retrieval.",
     )
     retrieval_snippets: int = Field(
         default=3, ge=0, description="Older messages retrieved into a prompt, at most."
