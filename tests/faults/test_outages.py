@@ -28,7 +28,7 @@ from tests.builders import BACKENDS, REDIS_URL, ROOMY_TIERS, served, services_fo
 from tests.faults.proxy import FaultProxy
 from tests.helpers import assert_error, user_headers
 from tests.runs.helpers import JSON, new_chat, send_json, wait_run
-from tests.sse import Event, events
+from tests.sse import Event, events, text_of
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
@@ -247,6 +247,15 @@ async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
     assert answer["status"] == "failed"
     assert rest[0].data["text"] == answer["content"] and answer["content"]
     assert rest[1].data["status"] == "failed"
+    # read from the start, the stream (which never got its end) is followed by the stored
+    # end after a quiet interval, not pinged for ever
+    async with (
+        asyncio.timeout(10),
+        client.stream("GET", f"/api/runs/{run_id}/events", headers=auth) as r,
+    ):
+        replay = [e async for e in events(r)]
+    assert replay[-1].event == "done" and replay[-1].data["status"] == "failed"
+    assert text_of(replay) == answer["content"]
 
 
 async def test_a_run_streams_through_a_postgres_outage_and_is_stored_once_it_returns(

@@ -87,14 +87,14 @@ class Relay:
     ) -> AsyncIterator[list[StreamEntry]]:
         """Entries after ``after`` until ``done``, and ``PING`` after each quiet interval.
         With nothing (more) to read, a run that has ended answers from the store and closes:
-        its stream is gone, or the client's id lies past its end (``resumed``); an ended
-        run is looked at before any wait."""
+        its stream is gone, the client's id lies past its end, or its end never reached the
+        stream (after one more read of it); an ended run is looked at before any wait."""
         resumed = after is not None
         wait = 0.0 if ended else self._settings.ping_interval_seconds
         if self._metrics is not None:
             self._metrics.stream_opened(resumed=resumed)
         try:
-            async for batch in self._follow(who, run_id, after, slot, resumed=resumed, wait=wait):
+            async for batch in self._follow(who, run_id, after, slot, wait=wait):
                 yield batch
         except OUTAGE_EXCEPTIONS as e:  # the bus went away: the client is told to resume
             down = outage(e)
@@ -114,7 +114,6 @@ class Relay:
         after: str | None,
         slot: str,
         *,
-        resumed: bool,
         wait: float,
     ) -> AsyncIterator[list[StreamEntry]]:
         """The relay's loop (``_relay``); a bus or database outage raises out of it."""
@@ -129,17 +128,17 @@ class Relay:
                     return
                 after = batch[-1].id
                 continue
-            exists = await self._bus.stream_exists(run_id)
-            if resumed or not exists:
-                stored = await self._stored(who, run_id)
-                if stored is not None and exists and not lingered:
-                    # stored as ended, its last events may still be on their way to the
-                    # stream (appends are batched): read it once more before the store
+            # nothing came in a whole interval: has the run ended without its end reaching
+            # the stream (the stream gone or trimmed, the worker unable to publish its end)?
+            stored = await self._stored(who, run_id)
+            if stored is not None:
+                if not lingered and await self._bus.stream_exists(run_id):
+                    # its last events may still be on their way (appends are batched):
+                    # read the stream once more before answering from the store
                     lingered, wait = True, END_GRACE_SECONDS
                     continue
-                if stored is not None:
-                    yield stored
-                    return
+                yield stored
+                return
             yield [PING]
             await self._hold(who, slot)  # refresh the slot this stream holds
 

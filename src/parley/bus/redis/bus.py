@@ -19,6 +19,7 @@ from parley.bus.redis.tail import _StreamTail
 from parley.bus.redis.throttle import _ThrottleOps
 
 POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
+POOL_WAIT_SECONDS = 20.0
 
 
 class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps):
@@ -32,14 +33,18 @@ class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps
             raise ValueError("the bus namespace must be non-empty and free of braces")
         self.limits = limits or BusLimits()
         self._ns = namespace
-        self._redis = aioredis.Redis.from_url(
+        # a command finding every connection busy waits for one (POOL_WAIT_SECONDS at most)
+        # instead of failing at once: a burst is slowed, not refused
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
             decode_responses=True,
             max_connections=POOL_MAX_CONNECTIONS,
+            timeout=POOL_WAIT_SECONDS,
             # blocking calls (BLPOP in wait_cancel, BZPOPMIN in dequeue) may wait longer
             # than redis-py's default 5 s socket timeout; they are capped below this
             socket_timeout=MAX_BLOCK_SECONDS + 10,
         )
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
         self._appends = AppendBatcher(self._redis, _APPEND, batching=self.limits.append_batching)
@@ -58,3 +63,4 @@ class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps
             await self._tail.close()
         finally:
             await self._redis.aclose()
+            await self._redis.connection_pool.disconnect()  # (given to the client: ours)
