@@ -8,7 +8,7 @@ restart, once the dependency is back; no run is left queued or running."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -187,6 +187,30 @@ async def test_a_postgres_outage_refuses_with_503_and_heals(
     await no_run_left_open(postgres_url)
 
 
+async def send_streamed(
+    client: httpx.AsyncClient,
+    auth: dict[str, str],
+    chat_id: str,
+    *,
+    at_third_delta: Callable[[], None],
+) -> list[Event]:
+    """A message sent with its answer streamed (SSE) to the end; ``at_third_delta`` is
+    called once the third delta has come."""
+    seen: list[Event] = []
+    async with client.stream(
+        "POST",
+        f"/api/chats/{chat_id}/messages",
+        json={"content": "hello"},
+        headers={**auth, "Accept": "text/event-stream"},
+    ) as r:
+        assert r.status_code == 200
+        async for ev in events(r):
+            seen.append(ev)
+            if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
+                at_third_delta()
+    return seen
+
+
 @pytest.fixture
 def slow_answers(split_settings: Settings) -> None:
     """Answers of 40 tokens, one every 40 ms: long enough to cut the bus mid-answer."""
@@ -204,18 +228,7 @@ async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
     resuming from its last id gets that text whole (``replace``) and ``done``."""
     auth = await user_headers(client, "ada@example.com")
     chat_id = await new_chat(client, auth)
-    seen: list[Event] = []
-    async with client.stream(
-        "POST",
-        f"/api/chats/{chat_id}/messages",
-        json={"content": "hello"},
-        headers={**auth, "Accept": "text/event-stream"},
-    ) as r:
-        assert r.status_code == 200
-        async for ev in events(r):
-            seen.append(ev)
-            if sum(e.event == "delta" for e in seen) == 3:
-                redis_proxy.cut()
+    seen = await send_streamed(client, auth, chat_id, at_third_delta=redis_proxy.cut)
     last = seen[-1]
     assert last.event == "error" and last.id is None, seen
     assert last.data["code"] == "dependency_unavailable" and last.data["retry_after"] >= 1
@@ -266,19 +279,12 @@ async def test_a_run_streams_through_a_postgres_outage_and_is_stored_once_it_ret
     then gets ``done``; the answer is stored exactly once, whole."""
     auth = await user_headers(client, "ada@example.com")
     chat_id = await new_chat(client, auth)
-    seen: list[Event] = []
-    async with client.stream(
-        "POST",
-        f"/api/chats/{chat_id}/messages",
-        json={"content": "hello"},
-        headers={**auth, "Accept": "text/event-stream"},
-    ) as r:
-        assert r.status_code == 200
-        async for ev in events(r):
-            seen.append(ev)
-            if sum(e.event == "delta" for e in seen) == 3:
-                postgres_proxy.cut()
-                asyncio.get_running_loop().call_later(2.5, postgres_proxy.restore)
+
+    def outage() -> None:
+        postgres_proxy.cut()
+        asyncio.get_running_loop().call_later(2.5, postgres_proxy.restore)
+
+    seen = await send_streamed(client, auth, chat_id, at_third_delta=outage)
     kinds = [e.event for e in seen]
     assert kinds[-1] == "done" and "error" not in kinds, kinds
     assert seen[-1].data["status"] == "completed"
