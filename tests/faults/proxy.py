@@ -61,9 +61,14 @@ class FaultProxy:
         self._pipes.clear()
 
     def restore(self) -> None:
+        """Let connections through again, every fault cleared."""
         self._down = False
         self._delay = 0.0
         self._drop_after = None
+
+    def restore_connections_only(self) -> None:
+        """Accept connections again, keeping the delay and drop-after faults set."""
+        self._down = False
 
     def delay(self, seconds: float) -> None:
         self._delay = seconds

@@ -293,3 +293,37 @@ async def test_a_run_streams_through_a_postgres_outage_and_is_stored_once_it_ret
     answers = [m for m in stored if m["role"] == "assistant"]
     assert len(answers) == 1 and answers[0]["status"] == "completed"
     assert answers[0]["content"] == "".join(e.data["text"] for e in seen if e.event == "delta")
+
+
+async def test_a_slow_redis_link_slows_answers_but_fails_none(
+    client: httpx.AsyncClient, redis_proxy: FaultProxy, postgres_url: str
+) -> None:
+    """Every chunk to and from Redis held 30 ms (a congested link): sends are accepted and
+    their runs complete, slower; nothing answers 5xx."""
+    auth = await user_headers(client, "ada@example.com")
+    chat_id = await new_chat(client, auth)
+    redis_proxy.delay(0.03)
+    for _ in range(3):
+        sent = await send_json(client, auth, chat_id)
+        run = await wait_run(client, auth, sent["run_id"], timeout=RECOVERY_SECONDS)
+        assert run["status"] == "completed", run
+    history = (await client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]
+    assert len(history) == 6 and all(m["status"] == "completed" for m in history)
+    await no_run_left_open(postgres_url)
+
+
+async def test_a_database_connection_cut_mid_request_is_a_503_then_heals(
+    client: httpx.AsyncClient, postgres_proxy: FaultProxy
+) -> None:
+    """Every database connection opened from now on is cut after 200 bytes towards the
+    server (mid-handshake or mid-query): requests answer 503 ``dependency_unavailable``,
+    never 500; once connections go through again, so do requests."""
+    auth = await user_headers(client, "ada@example.com")
+    chat_id = await new_chat(client, auth)
+    postgres_proxy.drop_after(200)
+    postgres_proxy.cut()  # the pooled connections go: new ones meet the drop
+    postgres_proxy.restore_connections_only()
+    r = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
+    assert_error(r, 503, "dependency_unavailable")
+    postgres_proxy.restore()
+    await recovered(client, auth, chat_id)
