@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from parley.bus.interface import BusLimits, EventKind, RunEvent, StaleAttempt
 from parley.bus.redis import RedisBus
@@ -109,3 +110,13 @@ async def test_a_script_flushed_from_the_server_is_loaded_again(batched: RedisBu
     appended = await asyncio.gather(*(batched.append("run_a", delta(i)) for i in (1, 2)))
     entries = await batched.read("run_a", None, timeout=0)
     assert [e.id for e in entries][1:] == appended
+
+
+async def test_appends_waiting_when_the_bus_closes_fail_instead_of_hanging() -> None:
+    bus = await make(True)
+    waiting = [asyncio.create_task(bus.append("run_a", delta(i))) for i in range(3)]
+    await asyncio.sleep(0)  # queued, the flusher not run yet
+    await bus.close()
+    results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 5)
+    assert all(isinstance(r, str | RedisConnectionError) for r in results), results
+    assert any(isinstance(r, RedisConnectionError) for r in results)

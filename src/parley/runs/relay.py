@@ -2,9 +2,10 @@
 
 A client that disconnects only stops its relay; the run goes on. Reconnecting
 with ``Last-Event-ID`` gives exactly the events after that id (ids are checked
-before any byte is sent). When the stream has expired, or a run that has ended
-has nothing after the id given, the stored message is sent as one ``delta``
-(``replace: true``) and a ``done``.
+before any byte is sent). When a read finds nothing after the id and the run has ended
+(its stream expired, the id past its end, or its end never reached the stream, which is
+read once more first), the stored message is sent as one ``delta`` (``replace: true``)
+and a ``done``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from parley.bus.redis.shared import _Arg
@@ -47,6 +48,7 @@ class AppendBatcher:
         self._batching = batching
         self._max_batch = max_batch
         self._queued: list[_Call] = []
+        self._sending: list[_Call] = []  # the batch out now
         self._flusher: asyncio.Task[None] | None = None
 
     async def append(self, keys: Sequence[str], args: Sequence[_Arg]) -> object:
@@ -60,15 +62,22 @@ class AppendBatcher:
         return await call.done
 
     async def close(self) -> None:
+        """Stop flushing; an append still waiting fails (the bus is closed) instead of
+        waiting for ever."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher
+        for call in [*self._sending, *self._queued]:
+            if not call.done.done():
+                call.done.set_exception(RedisConnectionError("the bus is closed"))
+        self._queued = []
 
     async def _flush(self) -> None:
         """Send what is queued, then what was queued meanwhile, until nothing is."""
         while self._queued:
             batch, self._queued = self._queued[: self._max_batch], self._queued[self._max_batch :]
+            self._sending = batch
             try:
                 results = await self._send(batch)
             except Exception as e:  # the connection: every caller of the batch sees it
