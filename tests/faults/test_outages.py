@@ -8,129 +8,26 @@ restart, once the dependency is back; no run is left queued or running."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from parley.api.app import create_app
-from parley.bus.redis import RedisBus
-from parley.config import Settings, load_settings
-from parley.domain import RunStatus
-from parley.services import Services, bus_limits
-from parley.store.database import Database
-from parley.store.schema import Run
-from tests.builders import BACKENDS, REDIS_URL, ROOMY_TIERS, served, services_for, truncate
+from tests.builders import BACKENDS
+from tests.faults.helpers import (
+    RECOVERY_SECONDS,
+    no_run_left_open,
+    recovered,
+    send,
+    send_streamed,
+)
 from tests.faults.proxy import FaultProxy
 from tests.helpers import assert_error, user_headers
-from tests.runs.helpers import JSON, new_chat, send_json, wait_run
+from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import Event, events, text_of
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
-
-RECOVERY_SECONDS = 20.0
-
-
-def _via(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)
-    host = f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
-
-
-@pytest.fixture
-async def redis_proxy() -> AsyncIterator[FaultProxy]:
-    target = urlsplit(REDIS_URL)
-    proxy = await FaultProxy(target.hostname or "127.0.0.1", target.port or 6379).start()
-    yield proxy
-    await proxy.close()
-
-
-@pytest.fixture
-async def postgres_proxy(postgres_url: str) -> AsyncIterator[FaultProxy]:
-    target = urlsplit(postgres_url)
-    proxy = await FaultProxy(target.hostname or "127.0.0.1", target.port or 5432).start()
-    yield proxy
-    await proxy.close()
-
-
-@pytest.fixture
-def split_settings(postgres_url: str, postgres_proxy: FaultProxy, tmp_path: Path) -> Settings:
-    return load_settings(
-        database_url=_via(postgres_url, postgres_proxy.port),
-        data_dir=tmp_path,
-        engine="fake",
-        tiers=ROOMY_TIERS,
-        fake_engine={"time_to_first_token_ms": 5, "inter_token_latency_ms": 2, "output_tokens": 8},
-        lease_seconds=3,
-        sweep_interval_seconds=0.3,
-        ping_interval_seconds=1,
-    )
-
-
-@pytest.fixture
-async def split(
-    postgres_url: str, split_settings: Settings, redis_proxy: FaultProxy
-) -> AsyncIterator[Services]:
-    await truncate(postgres_url)
-    redis_url = _via(REDIS_URL, redis_proxy.port)
-    bus = RedisBus(redis_url, bus_limits(split_settings), namespace=f"faults-{id(redis_proxy)}")
-    await bus.ping()
-    svc = services_for(split_settings, bus=bus, worker=True)
-    await svc.start()
-    yield svc
-    await svc.close(grace=1)
-
-
-@pytest.fixture
-async def client(split: Services) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(split, close_services=False)
-    async with served(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as c:
-        yield c
-
-
-async def send(client: httpx.AsyncClient, auth: dict[str, str], chat_id: str) -> httpx.Response:
-    return await client.post(
-        f"/api/chats/{chat_id}/messages", json={"content": "hello"}, headers={**auth, **JSON}
-    )
-
-
-async def recovered(client: httpx.AsyncClient, auth: dict[str, str], chat_id: str) -> None:
-    """A send goes through again and its run completes: no restart was needed."""
-
-    async def accepted() -> dict[str, Any] | None:
-        r = await send(client, auth, chat_id)
-        if r.status_code == 503:
-            assert_error(r, 503, "dependency_unavailable")
-            return None
-        assert r.status_code == 202, r.text
-        body: dict[str, Any] = r.json()
-        return body
-
-    sent = await eventually(accepted, "a send accepted again", timeout=RECOVERY_SECONDS)
-    run = await wait_run(client, auth, sent["run_id"], timeout=RECOVERY_SECONDS)
-    assert run["status"] == "completed", run
-
-
-async def no_run_left_open(db_url: str) -> None:
-    db = Database(db_url)
-    try:
-
-        async def settled() -> bool | None:
-            async with db.transaction() as s:
-                open_runs = await s.scalars(
-                    select(Run.id).where(Run.status.in_([RunStatus.QUEUED, RunStatus.RUNNING]))
-                )
-                return True if not list(open_runs) else None
-
-        await eventually(settled, "every run ended", timeout=RECOVERY_SECONDS)
-    finally:
-        await db.dispose()
 
 
 async def test_a_redis_outage_keeps_reads_refuses_sends_and_heals(
@@ -185,37 +82,6 @@ async def test_a_postgres_outage_refuses_with_503_and_heals(
     history = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
     assert len(history.json()["data"]) == 4  # two turns, each stored once
     await no_run_left_open(postgres_url)
-
-
-async def send_streamed(
-    client: httpx.AsyncClient,
-    auth: dict[str, str],
-    chat_id: str,
-    *,
-    at_third_delta: Callable[[], None],
-) -> list[Event]:
-    """A message sent with its answer streamed (SSE) to the end; ``at_third_delta`` is
-    called once the third delta has come."""
-    seen: list[Event] = []
-    async with client.stream(
-        "POST",
-        f"/api/chats/{chat_id}/messages",
-        json={"content": "hello"},
-        headers={**auth, "Accept": "text/event-stream"},
-    ) as r:
-        assert r.status_code == 200
-        async for ev in events(r):
-            seen.append(ev)
-            if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
-                at_third_delta()
-    return seen
-
-
-@pytest.fixture
-def slow_answers(split_settings: Settings) -> None:
-    """Answers of 40 tokens, one every 40 ms: long enough to cut the bus mid-answer."""
-    split_settings.fake_engine.output_tokens = 40
-    split_settings.fake_engine.inter_token_latency_ms = 40
 
 
 async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(

@@ -1,4 +1,6 @@
-"""Separate `api` and `worker` processes on Postgres + Redis: failover and crash recovery."""
+"""Killed processes on the split stack (separate `api` and `worker` processes on Postgres +
+Redis): an api killed mid-stream, a worker killed mid-answer or before its first token, a
+worker frozen past its lease; the client resumes or the run is recovered, nothing repeated."""
 
 from __future__ import annotations
 

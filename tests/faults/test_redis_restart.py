@@ -1,0 +1,131 @@
+"""Redis restarted without persistence (its default here, and the documented choice): every
+key is gone at once — the run queue, the run streams and their fences, budgets, slots — and so
+are the Lua scripts it had loaded. The service must not lose a run or a message to it: runs
+that were queued are queued again from the database, a run being generated ends by the
+documented rule with its text kept, clients resuming get what the database holds, and new
+sends work without a restart of any process."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis
+
+from parley.config import Settings
+from tests.builders import BACKENDS, REDIS_URL
+from tests.faults.helpers import RECOVERY_SECONDS, no_run_left_open, recovered, send_streamed
+from tests.faults.proxy import FaultProxy
+from tests.helpers import user_headers
+from tests.runs.helpers import new_chat, send_json, wait_run
+from tests.sse import Event, events, text_of
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
+
+
+@pytest.fixture
+def one_slot(split_settings: Settings) -> None:
+    """One answer at a time, each 40 tokens at 40 ms: a second send waits in the queue."""
+    split_settings.fake_engine.slots = 1
+    split_settings.fake_engine.output_tokens = 40
+    split_settings.fake_engine.inter_token_latency_ms = 40
+    split_settings.requeue_stale_after_seconds = 1.5
+
+
+async def forget_everything(namespace: str) -> int:
+    """What a restart of a Redis that keeps nothing on disk does to this stack's keys (the
+    other tests' namespaces on the shared server are left alone) and its loaded scripts."""
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = [k async for k in r.scan_iter(match=f"{namespace}:*", count=1000)]
+        if keys:
+            await r.delete(*keys)
+        await r.script_flush()
+        return len(keys)
+    finally:
+        await r.aclose()
+
+
+async def test_a_redis_restart_that_loses_every_key_loses_no_run_and_no_message(
+    one_slot: None,
+    client: httpx.AsyncClient,
+    redis_proxy: FaultProxy,
+    bus_namespace: str,
+    postgres_url: str,
+) -> None:
+    auth = await user_headers(client, "ada@example.com")
+    first_chat, second_chat = await new_chat(client, auth), await new_chat(client, auth)
+    queued: dict[str, Any] = {}
+    lost: list[int] = []
+
+    async def restart() -> None:
+        queued.update(await send_json(client, auth, second_chat))  # waits for the one slot
+        redis_proxy.cut()
+        lost.append(await forget_everything(bus_namespace))
+        await asyncio.sleep(0.5)
+        redis_proxy.restore()
+
+    restarting: list[asyncio.Task[None]] = []
+    seen = await send_streamed(
+        client,
+        auth,
+        first_chat,
+        at_third_delta=lambda: restarting.append(asyncio.create_task(restart())),
+    )
+    await restarting[0]
+    assert lost[0] > 0  # the queue, the streams, the slots were there, and are gone
+    run_id = seen[0].data["run_id"]
+
+    # the streamed run: whatever its client saw last, resuming from its last id ends with
+    # the stored message's text and status
+    ids = [e.id for e in seen if e.id is not None]
+    rest = await resume(client, auth, run_id, ids[-1]) if seen[-1].event != "done" else []
+    everything = seen + rest
+    done = everything[-1]
+    assert done.event == "done", [e.event for e in everything]
+    run = await wait_run(client, auth, run_id, timeout=RECOVERY_SECONDS)
+    assert run["status"] == done.data["status"] and run["status"] in ("completed", "failed")
+    stored = await answers(client, auth, first_chat)
+    assert len(stored) == 1 and stored[0]["status"] == run["status"]
+    assert text_of(everything) == stored[0]["content"] and stored[0]["content"]
+
+    # the queued run was put back on the (empty) queue from the database and answered once
+    second = await wait_run(client, auth, queued["run_id"], timeout=RECOVERY_SECONDS)
+    assert second["status"] == "completed", second
+    stored = await answers(client, auth, second_chat)
+    assert len(stored) == 1 and stored[0]["content"]
+    # read from the start, its stream (recreated after the restart) agrees with the store
+    async with client.stream("GET", f"/api/runs/{queued['run_id']}/events", headers=auth) as r:
+        replay = [e async for e in events(r)]
+    assert text_of(replay) == stored[0]["content"]
+
+    await recovered(client, auth, first_chat)
+    assert (await client.get("/readyz")).status_code == 200
+    me = (await client.get("/api/me", headers=auth)).json()
+    assert me["budget"] is not None  # a fresh bucket: spending before the restart forgiven
+    await no_run_left_open(postgres_url)
+
+
+async def resume(
+    client: httpx.AsyncClient, auth: dict[str, str], run_id: str, last_id: str
+) -> list[Event]:
+    async def resumed() -> list[Event] | None:
+        async with client.stream(
+            "GET", f"/api/runs/{run_id}/events", headers={**auth, "Last-Event-ID": last_id}
+        ) as r:
+            if r.status_code == 503:
+                return None
+            assert r.status_code == 200, await r.aread()
+            return [e async for e in events(r)]
+
+    return await eventually(resumed, "the stream resumed", timeout=RECOVERY_SECONDS)
+
+
+async def answers(
+    client: httpx.AsyncClient, auth: dict[str, str], chat_id: str
+) -> list[dict[str, Any]]:
+    r = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
+    return [m for m in r.json()["data"] if m["role"] == "assistant"]
