@@ -44,6 +44,7 @@ from parley.engines.settings import (
 )
 from parley.errors import ConfigurationError
 from parley.logs import LogFormat
+from parley.store.urls import Role, is_postgres, normalize_database_url
 from parley.tiers import TierSettings, default_tiers
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ __all__ = [
     "TierSettings",
     "UpstreamSettings",
     "load_settings",
+    "normalize_database_url",
 ]
 
 DEFAULT_SECRET = "change-me"  # noqa: S105 - the sentinel that production refuses
@@ -109,6 +111,16 @@ class Settings(BaseSettings):
         description="sqlite:///PATH or postgresql://…; defaults to SQLite in data_dir.",
     )
     database_echo: bool = False
+    # failover and read replicas (docs/FAILOVER.md; store/urls.py, store/routing.py)
+    database_replica_url: str | None = Field(
+        default=None,
+        description="Postgres standbys for reads that tolerate a little lag (chat list, "
+        "history); several hosts the libpq way; target_session_attrs prefer-standby.",
+    )
+    database_connect_timeout_seconds: float = Field(default=5, gt=0, le=120)
+    read_your_writes_seconds: float = Field(
+        default=5, ge=0, description="A user's reads stay on the primary this long after a write."
+    )
 
     log_format: LogFormat = Field(
         default=LogFormat.AUTO,
@@ -291,6 +303,11 @@ class Settings(BaseSettings):
     def _async_driver(cls, url: str | None) -> str | None:
         return None if url is None else normalize_database_url(url)
 
+    @field_validator("database_replica_url")
+    @classmethod
+    def _replica(cls, url: str | None) -> str | None:
+        return None if url is None else normalize_database_url(url, Role.REPLICA)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if not self.tiers:
@@ -302,6 +319,8 @@ class Settings(BaseSettings):
         if self.stream_maxlen <= max(t.max_output_tokens for t in self.tiers.values()) + 16:
             raise ValueError("stream_maxlen must exceed every tier's max_output_tokens")
         self._check_models()
+        if self.database_replica_url and not is_postgres(self.resolved_database_url):
+            raise ValueError("database_replica_url needs a Postgres database_url")
         if self.default_page_size > self.max_page_size:
             raise ValueError("default_page_size must not exceed max_page_size")
         if (
@@ -354,20 +373,6 @@ class Settings(BaseSettings):
     def https(self) -> bool:
         """The public URL is https (HSTS is sent, cookies are Secure)."""
         return (self.public_url or "").lower().startswith("https://")
-
-
-def normalize_database_url(url: str) -> str:
-    """Map plain ``sqlite://`` and ``postgresql://`` URLs to their async drivers."""
-    for plain, driver in (
-        ("postgresql://", "postgresql+asyncpg://"),
-        ("postgres://", "postgresql+asyncpg://"),
-        ("sqlite://", "sqlite+aiosqlite://"),
-    ):
-        if url.startswith(plain):
-            return driver + url[len(plain) :]
-    if url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
-        return url
-    raise ValueError("database_url must start with sqlite:// or postgresql://")
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -1,6 +1,7 @@
 """A dependency's outage told apart from a bug.
 
-When Redis or Postgres cannot be reached, or a connection to one is cut mid-request, the
+When Redis or Postgres cannot be reached, or a connection to one is cut mid-request, or
+Postgres fails over (its old primary refuses writes, no host takes them yet), the
 drivers raise their own exceptions; ``outage()`` turns those into the error tree's
 ``DependencyUnavailable`` (503 with Retry-After, ``dependency_unavailable``), naming what is
 down, so the edge answers a clear refusal instead of a 500 and the client retries. Any other
@@ -15,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from parley.errors import DependencyUnavailable
+from parley.store.failover import failover_error
 
 # what a client is told to wait before retrying: reconnection is tried about this often
 RETRY_AFTER_SECONDS = 2.0
@@ -36,7 +38,13 @@ def outage(exc: BaseException) -> DependencyUnavailable | None:
     if isinstance(exc, PoolTimeout):
         return _down("the database (no connection free in time)", exc)
     if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+        # a failover: the server shutting down or not yet up, no listed host taking writes,
+        # a write refused by a primary demoted to standby (store/failover.py)
+        if (
+            exc.connection_invalidated
+            or isinstance(exc, OperationalError | InterfaceError)
+            or failover_error(exc)
+        ):
             return _down("the database", exc)
         return None
     if isinstance(exc, OSError):  # a connect refused or reset below the drivers' own errors

@@ -116,6 +116,16 @@ def build_bus(
     return MemoryBus(bus_limits(settings))
 
 
+def database(settings: Settings) -> Database:
+    """The database the settings name: the primary, and its replicas if configured."""
+    return Database(
+        settings.resolved_database_url,
+        echo=settings.database_echo,
+        replica_url=settings.database_replica_url,
+        connect_timeout=settings.database_connect_timeout_seconds,
+    )
+
+
 def build_services(
     settings: Settings,
     *,
@@ -127,7 +137,7 @@ def build_services(
     """Everything one process needs; ``worker=True`` adds an engine and a worker."""
     models = configured_models(settings)
     check_downgrades(settings, models)
-    db = Database(settings.resolved_database_url, echo=settings.database_echo)
+    db = database(settings)
     bus = bus or build_bus(settings)
     budget = Budget(bus, settings)
     metrics = build_metrics(settings)

@@ -1,7 +1,10 @@
-"""The database handle: one async engine and its session factory.
+"""The database handle: one async engine and its session factory, and for Postgres an
+optional second one on the replicas.
 
 SQLite (aiosqlite) is the embedded default; Postgres (asyncpg) is the scaled-out
-one. Both run the same schema and the same queries.
+one. Both run the same schema and the same queries. A Postgres pool rides through a
+failover (``store/failover.py``); reads that tolerate a little lag may go to replicas
+(``reading``; who decides which reads may: ``store/routing.py``).
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -22,6 +27,14 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from parley.store import sqlite
+from parley.store.failover import READ_ONLY_STATE, ConnectionWatch, postgres_engine, sqlstate
+from parley.store.urls import Role, normalize_database_url
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+
+class ReplicaWrite(RuntimeError):
+    """A statement inside ``Database.reading()`` tried to write: a bug (reads only there)."""
 
 
 class Database:
@@ -29,10 +42,35 @@ class Database:
     writer at a time, and taking turns here is far cheaper than its busy-wait (and never
     fails with 'database is locked' on a read that turns into a write)."""
 
-    def __init__(self, url: str, *, echo: bool = False, pool_size: int = 10) -> None:
-        self.url = url
-        self.engine: AsyncEngine = _create_engine(url, echo=echo, pool_size=pool_size)
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        pool_size: int = 10,
+        replica_url: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        self.url = normalize_database_url(url)
+        self.watch: ConnectionWatch | None = None
+        self.replica: AsyncEngine | None = None
+        self.replica_watch: ConnectionWatch | None = None
+        pool = partial(
+            postgres_engine, pool_size=pool_size, connect_timeout=connect_timeout, echo=echo
+        )
+        if make_url(self.url).get_backend_name() == "sqlite":
+            if replica_url:
+                raise ValueError("read replicas need Postgres")
+            self.engine: AsyncEngine = _sqlite_engine(self.url, echo=echo)
+        else:
+            self.engine, self.watch = pool(self.url, name="primary", writes=True)
+        if replica_url:
+            replica = normalize_database_url(replica_url, Role.REPLICA)
+            self.replica, self.replica_watch = pool(replica, name="replica", writes=False)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._replica_sessions = None
+        if self.replica is not None:
+            self._replica_sessions = async_sessionmaker(self.replica, expire_on_commit=False)
         self._serial = self.engine.dialect.name == "sqlite"
         self._lock: asyncio.Lock | None = None
 
@@ -52,20 +90,34 @@ class Database:
         async with self._lock, self._sessions() as session, session.begin():
             yield session
 
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncSession]:
+        """A read-only transaction on a replica (this needs ``replica_url``). Its connection
+        is taken before the body runs, so a replica that cannot be reached raises here
+        (the caller may read from the primary instead). A write inside is ``ReplicaWrite``."""
+        if self._replica_sessions is None:
+            raise RuntimeError("no replica configured")
+        async with self._replica_sessions() as session, session.begin():
+            await session.connection()
+            try:
+                yield session
+            except DBAPIError as e:
+                if sqlstate(e) == READ_ONLY_STATE:
+                    raise ReplicaWrite("a write inside Database.reading()") from e
+                raise
+
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.replica is not None:
+            await self.replica.dispose()
 
 
-def _create_engine(url: str, *, echo: bool, pool_size: int) -> AsyncEngine:
+def _sqlite_engine(url: str, *, echo: bool) -> AsyncEngine:
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return create_async_engine(
-            url, echo=echo, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size
-        )
     database = parsed.database or ":memory:"
     if database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)

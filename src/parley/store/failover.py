@@ -1,0 +1,158 @@
+"""Postgres pools that ride through a failover.
+
+When the primary fails over (pg_auto_failover, Patroni, a managed service), connections to
+the old primary die or, worse, live on to a server that is now a read-only standby. Each
+pool made here:
+
+* connects only where its role allows (``target_session_attrs``, set by ``store/urls.py``:
+  the primary pool finds whichever listed host takes writes, so a promoted standby is found
+  by reconnecting, never by a restart);
+* gives up a connection attempt after ``connect_timeout`` seconds (a host that does not
+  answer is not waited on for asyncpg's default minute);
+* pings a connection before lending it (``pool_pre_ping``) and drops it, with the rest of
+  the pool, when a statement fails the way a failover makes statements fail
+  (``failover_error``: the connection lost, the server shutting down or not yet up, or for
+  the primary pool a read-only transaction: the server was demoted under it);
+* logs one warning per connection lost that way, and one line when connecting works again,
+  naming the server it reached and how long connecting failed.
+
+``failover_error`` also tells ``parley.outages`` which database errors are an outage (a 503
+with Retry-After) rather than a bug (a 500).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from asyncpg.exceptions import TargetServerAttributeNotMatched  # type: ignore[import-untyped]
+from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+log = logging.getLogger(__name__)
+
+# SQLSTATEs of a server that cannot serve a statement now (each pool drops the connection):
+# a connection exception (class 08), an administrator or crash shutdown, a server starting
+# or stopping (57P01-57P03)
+_GONE_STATES = frozenset({"57P01", "57P02", "57P03"})
+# a write refused because the server is read-only: a primary demoted under the connection
+READ_ONLY_STATE = "25006"
+
+
+def sqlstate(exc: BaseException | None) -> str | None:
+    """The SQLSTATE an error (SQLAlchemy's, its DBAPI's, or asyncpg's) carries, if any."""
+    for candidate in (exc, getattr(exc, "orig", None)):
+        code = getattr(candidate, "sqlstate", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def failover_error(exc: BaseException, *, writes: bool = True) -> bool:
+    """Whether ``exc`` is what a database failover (or outage) makes a statement raise:
+    the server gone or not taking connections, no listed host taking writes, or (for a pool
+    that ``writes``) a write refused by a server that has become a standby."""
+    code = sqlstate(exc)
+    if code is not None:
+        if code.startswith("08") or code in _GONE_STATES:
+            return True
+        return writes and code == READ_ONLY_STATE
+    driver = getattr(getattr(exc, "orig", None), "driver_exception", None)
+    return isinstance(driver or exc, TargetServerAttributeNotMatched)
+
+
+class ConnectionWatch:
+    """One pool's log of lost connections and reconnections: a warning when a connection is
+    first lost, then one line when a new connection works, naming its server; failures in
+    between are counted (logged at debug), not each warned of."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lost_at: float | None = None  # monotonic: since when connecting has failed
+        self.failures = 0  # since lost_at
+        self.reconnects = 0
+
+    def lost(self, reason: BaseException | None) -> None:
+        self.failures += 1
+        if self.lost_at is not None:
+            log.debug("database (%s): still failing (%s)", self.name, _why(reason))
+            return
+        self.lost_at = time.monotonic()
+        log.warning("database (%s): connection lost (%s)", self.name, _why(reason))
+
+    def connected(self, dbapi_connection: Any) -> None:
+        if self.lost_at is None:
+            return
+        down = time.monotonic() - self.lost_at
+        failures, self.lost_at, self.failures = self.failures, None, 0
+        self.reconnects += 1
+        log.warning(
+            "database (%s): reconnected to %s after %.1f s (%d failed attempts meanwhile)",
+            self.name,
+            describe(dbapi_connection),
+            down,
+            failures - 1,
+        )
+
+
+def describe(dbapi_connection: Any) -> str:
+    """host:port (primary or standby) of a pooled asyncpg connection."""
+    raw = getattr(dbapi_connection, "_connection", None)
+    addr = getattr(raw, "_addr", None)
+    where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+    try:
+        standby = getattr(raw.get_settings(), "in_hot_standby", None) if raw else None
+    except Exception:  # a description is never worth failing a connection for
+        standby = None
+    role = {"on": "standby", "off": "primary"}.get(str(standby), "role unknown")
+    return f"{where} ({role})"
+
+
+def _why(reason: BaseException | None) -> str:
+    if reason is None:
+        return "no reason given"
+    text = " ".join(str(reason).split())
+    return f"{type(reason).__name__}: {text[:200]}"
+
+
+def postgres_engine(
+    url: str,
+    *,
+    name: str,
+    writes: bool,
+    pool_size: int,
+    connect_timeout: float,
+    echo: bool = False,
+) -> tuple[AsyncEngine, ConnectionWatch]:
+    """An engine for one role: ``writes`` (the primary's pool) or reads only (a replica's,
+    whose transactions are read-only whatever server it reached)."""
+    server_settings = {"application_name": f"parley-{name}"}
+    if not writes:
+        server_settings["default_transaction_read_only"] = "on"
+    engine = create_async_engine(
+        url,
+        echo=echo,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_timeout=max(connect_timeout * 2, 10.0),
+        connect_args={"timeout": connect_timeout, "server_settings": server_settings},
+    )
+    watch = ConnectionWatch(name)
+    sync = engine.sync_engine
+
+    @event.listens_for(sync, "handle_error")
+    def _drop_on_failover(ctx: ExceptionContext) -> None:
+        failover = failover_error(ctx.original_exception, writes=writes)
+        if failover and ctx.connection is not None:
+            ctx.is_disconnect = True  # this connection goes, and the pool's older ones
+        if failover or ctx.is_disconnect:
+            watch.lost(ctx.original_exception)
+
+    @event.listens_for(sync, "connect")
+    def _connected(dbapi_connection: Any, _record: Any) -> None:
+        watch.connected(dbapi_connection)
+
+    return engine, watch
