@@ -38,6 +38,7 @@ from parley.runs.sweeper import Sweeper
 from parley.runs.worker import Worker
 from parley.store.database import Database
 from parley.store.pages import Cursors
+from parley.store.routing import Reads
 
 if TYPE_CHECKING:
     from parley.engines.builtin.tokenizer import TextTokenizer
@@ -59,6 +60,7 @@ class Services:
     cursors: Cursors
     metrics: Metrics
     context: ChatContext
+    reads: Reads
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
@@ -142,7 +144,8 @@ def build_services(
     budget = Budget(bus, settings)
     metrics = build_metrics(settings)
     admission = Admission(bus, settings, metrics=metrics)
-    finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended])
+    reads = Reads(db, bus, window=settings.read_your_writes_seconds)
+    finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended], reads=reads)
     context = ChatContext(settings, Retriever.from_settings(settings))
     services = Services(
         settings=settings,
@@ -159,6 +162,7 @@ def build_services(
         models=models,
         cursors=Cursors(settings.secret_key.get_secret_value()),
         metrics=metrics,
+        reads=reads,
     )
     if worker:
         add_worker(services, engine)

@@ -48,6 +48,8 @@ async def principal(
     who = await _authenticate(request, svc, bearer, cookie)
     request.state.principal = who  # whose request a refusal refused (metrics: its tier)
     logs.add(user_id=who.user_id)  # the rest of the request's log lines carry it
+    if request.method not in SAFE_METHODS:  # before it writes: its reads stay on the primary
+        await svc.reads.wrote(who.user_id)
     return who
 
 

@@ -301,6 +301,13 @@ class Bus(Protocol):
     async def forget_attempts(self, key: str) -> None:
         """Drop ``key``'s record (after a success)."""
 
+    # -- recent writes per user (read-your-writes with replicas: store/routing.py) ----------
+
+    async def mark_write(self, user_id: str, *, ttl: float) -> None:
+        """The user wrote: ``wrote_recently`` is True for at least ``ttl`` s from now."""
+
+    async def wrote_recently(self, user_id: str) -> bool: ...
+
 
 _DIGITS = frozenset("0123456789")
 

@@ -34,6 +34,7 @@ from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event
 from parley.store import run_records
 from parley.store.database import Database
+from parley.store.routing import Reads
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
 
@@ -65,8 +66,10 @@ class Finisher:
         budget: Budget,
         admission: Admission,
         listeners: Sequence[EndListener] = (),
+        reads: Reads | None = None,
     ) -> None:
         self._db = db
+        self._reads = reads
         self._bus = bus
         self._budget = budget
         self._admission = admission
@@ -105,6 +108,8 @@ class Finisher:
             )
         if ended is None:
             return None
+        if self._reads is not None:  # the user's reads see the end before its `done`
+            await self._reads.wrote(ended.run.user_id)
         try:
             await self._budget.settle_run(ended.run, ended.reserved_tokens)
         except OUTAGE_EXCEPTIONS as e:  # the run has ended all the same (stored above)

@@ -1,4 +1,6 @@
-"""Chats and their history."""
+"""Chats and their history. Listing chats, reading one and paging its history tolerate a
+little lag: they read from a replica when one is configured, unless the user has just
+written (``store/routing.py``)."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ async def list_chats(
     who: PrincipalDep, svc: ServicesDep, limit: LimitDep, cursor: CursorQuery = None
 ) -> ChatList:
     """The user's chats, most recent activity first, paged by cursor."""
-    async with svc.db.transaction() as s:
+    async with svc.reads.session(who.user_id) as s:
         page = await chats.list_chats(
             s, user_id=who.user_id, limit=limit, cursor=cursor, cursors=svc.cursors
         )
@@ -59,7 +61,7 @@ async def list_chats(
 
 @router.get("/{chat_id}", response_model=ChatDetail, responses=errors(*AUTHED, 404))
 async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatDetail:
-    async with svc.db.transaction() as s:
+    async with svc.reads.session(who.user_id) as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
     return ChatDetail.model_validate(chat, from_attributes=True)
 
@@ -95,7 +97,7 @@ async def list_messages(
         Order, Query(description="desc: newest first (default); asc: oldest first.")
     ] = "desc",
 ) -> MessageList:
-    async with svc.db.transaction() as s:
+    async with svc.reads.session(who.user_id) as s:
         page = await chats.list_messages(
             s,
             user_id=who.user_id,

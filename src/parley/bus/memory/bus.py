@@ -13,9 +13,12 @@ from parley.bus.memory.queue import _QueueOps
 from parley.bus.memory.slots import _SlotOps
 from parley.bus.memory.streams import _StreamOps
 from parley.bus.memory.throttle import _ThrottleOps
+from parley.bus.memory.writes import _WriteOps
 
 
-class MemoryBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps):
+class MemoryBus(
+    _QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps, _WriteOps
+):
     """The in-process bus (the embedded default). Each section (the base classes) lives in
     its own module, with its state."""
 

@@ -17,12 +17,15 @@ from parley.bus.redis.slots import _SlotOps
 from parley.bus.redis.streams import _APPEND, _READ_CONCURRENCY, _StreamOps
 from parley.bus.redis.tail import _StreamTail
 from parley.bus.redis.throttle import _ThrottleOps
+from parley.bus.redis.writes import _WriteOps
 
 POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
 POOL_WAIT_SECONDS = 20.0
 
 
-class RedisBus(_QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps):
+class RedisBus(
+    _QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps, _WriteOps
+):
     """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
     section (the base classes) lives in its own module, with its keys and scripts."""
 
