@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.engines.fake import FakeEngine
+from parley.runs.finisher import Guard
 from parley.services import Services
 from parley.store import run_records
+from parley.store.run_records import Outcome
+from parley.store.schema import Run
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import collect
 from tests.waiting import eventually
@@ -57,3 +62,37 @@ async def test_a_run_claimed_while_leases_are_renewed_is_kept(
     statuses = [e.data["status"] for e in events if e.event == "status"]
     assert statuses == ["queued", "running"]  # never given up, never re-queued
     assert not [e for e in events if e.event == "error"]
+
+
+@pytest.mark.parametrize("stack", ["postgres-redis"], indirect=True)
+@pytest.mark.parametrize("run_overrides", [{"lease_seconds": 1}])
+async def test_a_run_whose_end_cannot_be_stored_yet_keeps_its_lease(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's final write fails for three leases (the primary failing over; the
+    database answers everything else): the worker retries it holding the run's lease, so
+    the sweeper, which reaches the database all along, never takes the run back, and the
+    answer is stored once, completed."""
+    finisher = run_services.finisher
+    finish = finisher.finish
+    failing_until = time.monotonic() + 3.0
+    refused: list[str] = []
+
+    async def failing_over(run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        if guard.worker_id is not None and time.monotonic() < failing_until:
+            refused.append(run_id)
+            raise OperationalError("COMMIT", None, ConnectionRefusedError("failing over"))
+        return await finish(run_id, outcome, guard)
+
+    monkeypatch.setattr(finisher, "finish", failing_over)
+    sent = await send_json(run_client, auth, await new_chat(run_client, auth))
+    run = await wait_run(run_client, auth, sent["run_id"])
+    assert run["status"] == "completed", run
+    assert len(refused) >= 3 and time.monotonic() >= failing_until
+    async with run_client.stream("GET", f"/api/runs/{sent['run_id']}/events", headers=auth) as r:
+        events = await collect(r)
+    assert [e.data["status"] for e in events if e.event == "status"] == ["queued", "running"]
+    assert events[-1].event == "done" and not [e for e in events if e.event == "error"]

@@ -78,6 +78,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, Progress] = {}
+        self._finishing: dict[str, Run] = {}  # ends being stored: their leases still held
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -248,7 +249,11 @@ class Worker:
             return None
         guard = Guard(RunStatus.RUNNING, worker_id=self.worker_id)
         outcome = progress.outcome(run.prompt_tokens)
-        ended = await self._finisher.finish_retrying(run.id, outcome, guard)
+        self._finishing[run.id] = run  # its lease is renewed while the end is retried
+        try:
+            ended = await self._finisher.finish_retrying(run.id, outcome, guard)
+        finally:
+            self._finishing.pop(run.id, None)
         if ended is None:
             log.warning("run %s ended elsewhere before this worker settled it", run.id)
             return None
@@ -322,14 +327,16 @@ class Worker:
 
     async def _keep_leases(self) -> None:
         """Renew all of this worker's leases at once, a third of a lease apart; with them
-        its runs' slots, and its engine's offer of slots for the models' load."""
+        its runs' slots, and its engine's offer of slots for the models' load. A run whose
+        end is still being stored (the database failing over) keeps its lease too, so the
+        sweeper never takes back an answer that only waits for the database."""
         while True:
             await self._offer_slots()
             await asyncio.sleep(self._settings.lease_seconds / 3)
-            if self._active:
+            if self._active or self._finishing:
                 await self.renew_leases()
-                running = [p.run for p in self._active.values()]
-                await asyncio.gather(*(self._refresh_slot(run) for run in running))
+                held = [p.run for p in self._active.values()] + list(self._finishing.values())
+                await asyncio.gather(*(self._refresh_slot(run) for run in held))
 
     async def _offer_slots(self) -> None:
         offers = slot_offers(self._settings, self.worker_id, self._concurrency)
