@@ -16,10 +16,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from parley.outages import outage
+from parley.store import failover
 from parley.store.database import Database, ReplicaWrite
 from parley.store.failover import failover_error
 from tests.builders import BACKENDS
 from tests.processes import free_port
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="Postgres pools")
 
@@ -153,3 +155,28 @@ def test_only_failover_errors_count_as_failovers() -> None:
     assert not failover_error(Coded("25006"), writes=False)  # the replica's: a bug
     assert not any(failover_error(Coded(c)) for c in ("23505", "42P01", "40001"))
     assert not failover_error(ValueError("no sqlstate"))
+
+
+async def test_a_replica_connection_to_a_primary_is_replaced_once_old_enough(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica pool's connection whose server is a primary (a standby promoted under it)
+    is kept while young, then replaced on checkout, so that reads find the new standby."""
+
+    async def replica_pid(db: Database) -> int:
+        async with db.reading() as s:
+            pid: int = await s.scalar(text("SELECT pg_backend_pid()"))
+        return pid
+
+    db = Database(postgres_url, replica_url=postgres_url, pool_size=1)
+    try:
+        first = await replica_pid(db)
+        assert await replica_pid(db) == first  # young: kept
+        monkeypatch.setattr(failover, "REPLICA_RECHECK_SECONDS", 0.2)
+
+        async def replaced() -> bool:
+            return await replica_pid(db) != first
+
+        await eventually(replaced, "the old connection to a primary replaced", timeout=5)
+    finally:
+        await db.dispose()

@@ -14,7 +14,9 @@ pool made here:
   (``failover_error``: the connection lost, the server shutting down or not yet up, or for
   the primary pool a read-only transaction: the server was demoted under it);
 * logs one warning per connection lost that way, and one line when connecting works again,
-  naming the server it reached and how long connecting failed.
+  naming the server it reached and how long connecting failed;
+* for a replica pool, replaces a connection whose server is (now) a primary once it is
+  ``REPLICA_RECHECK_SECONDS`` old, so reads move to a standby after a failover.
 
 ``failover_error`` also tells ``parley.outages`` which database errors are an outage (a 503
 with Retry-After) rather than a bug (a 500).
@@ -29,6 +31,7 @@ from typing import Any
 from asyncpg.exceptions import TargetServerAttributeNotMatched  # type: ignore[import-untyped]
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,9 @@ log = logging.getLogger(__name__)
 _GONE_STATES = frozenset({"57P01", "57P02", "57P03"})
 # a write refused because the server is read-only: a primary demoted under the connection
 READ_ONLY_STATE = "25006"
+# a replica pool's connection that finds its server a primary (a standby promoted under it,
+# or no standby up when it connected) reconnects to look for a standby once it is this old
+REPLICA_RECHECK_SECONDS = 30.0
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
@@ -102,12 +108,18 @@ def describe(dbapi_connection: Any) -> str:
     raw = getattr(dbapi_connection, "_connection", None)
     addr = getattr(raw, "_addr", None)
     where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+    return f"{where} ({server_role(dbapi_connection)})"
+
+
+def server_role(dbapi_connection: Any) -> str:
+    """primary, standby, or "role unknown", as the server last reported (Postgres 14+
+    reports ``in_hot_standby`` with every change, so a promotion shows after one query)."""
+    raw = getattr(dbapi_connection, "_connection", None)
     try:
         standby = getattr(raw.get_settings(), "in_hot_standby", None) if raw else None
     except Exception:  # a description is never worth failing a connection for
         standby = None
-    role = {"on": "standby", "off": "primary"}.get(str(standby), "role unknown")
-    return f"{where} ({role})"
+    return {"on": "standby", "off": "primary"}.get(str(standby), "role unknown")
 
 
 def _why(reason: BaseException | None) -> str:
@@ -152,7 +164,23 @@ def postgres_engine(
             watch.lost(ctx.original_exception)
 
     @event.listens_for(sync, "connect")
-    def _connected(dbapi_connection: Any, _record: Any) -> None:
+    def _connected(dbapi_connection: Any, record: Any) -> None:
+        record.info["connected_at"] = time.monotonic()
         watch.connected(dbapi_connection)
 
+    if not writes:
+        event.listen(sync, "checkout", _look_for_a_standby)
     return engine, watch
+
+
+def _look_for_a_standby(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """A replica pool's connection (pinged just now) whose server is a primary, made over
+    ``REPLICA_RECHECK_SECONDS`` ago, is replaced: the new one goes to a standby if one answers
+    (after a failover, reads move to the new standby within that time)."""
+    age = time.monotonic() - record.info.get("connected_at", time.monotonic())
+    if age > REPLICA_RECHECK_SECONDS and server_role(dbapi_connection) == "primary":
+        log.info(
+            "database (replica): %s is a primary; reconnecting to look for a standby",
+            describe(dbapi_connection),
+        )
+        raise DisconnectionError("the replica pool's server is a primary")
