@@ -11,6 +11,8 @@ ARGS ?=
 FUZZ_SECONDS ?= 45
 POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 CHROMIUM ?= /usr/bin/chromium
+# pg_auto_failover's CLI (and its Postgres extension): the failover test runs a formation
+PG_AUTOCTL ?= /usr/bin/pg_autoctl
 # pytest-xdist workers: most tests wait on servers and streams, so three share two cores well;
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
@@ -48,7 +50,14 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 
-pytest: $(VENV)/.dev $(CHROMIUM)
+# The failover test (tests/faults/test_failover.py) runs Debian's pg_auto_failover.
+$(PG_AUTOCTL):
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+		postgresql-15-auto-failover pg-auto-failover-cli >/dev/null
+
+pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
 		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) $(ARGS)
 
