@@ -135,7 +135,13 @@ export class Conversation {
     const controller = this.begin(null);
     const model = this.models.value; // fixed now: a retry must send the same body
     try {
-      const chatId = this.chatId ?? (await this.createChat(text));
+      // a new chat is made first; a 429/503 (the database failing over) waits on the banner
+      const makeChat = () => this.createChat(text);
+      const chatId = this.chatId ?? (await this.admitted(makeChat, controller.signal));
+      if (chatId === null) {
+        this.hooks.restoreDraft(text);
+        return false;
+      }
       this.active.chatId = chatId;
       const generation = this.generation;
       this.empty.hidden = true;
@@ -186,7 +192,11 @@ export class Conversation {
     });
   }
 
-  /** POST until admitted; 429/503 wait on the banner. null if the user gave up. */
+  /**
+   * POST until admitted; 429/503 wait on the banner, then `post` is called again (a send
+   * re-POSTs with its one Idempotency-Key: sent once however often it is retried). null if
+   * the user gave up.
+   */
   async admitted(post, signal) {
     for (let attempt = 0; ; attempt += 1) {
       try {
