@@ -179,10 +179,27 @@ async def one_stream(
         writer.close()
 
 
+async def new_chats(base: str, auth: dict[str, str], n: int) -> list[str]:
+    async with httpx.AsyncClient(base_url=base, headers=auth, timeout=60) as c:
+        gate = asyncio.Semaphore(16)
+
+        async def one() -> str:
+            async with gate:
+                r = await c.post("/api/chats", json={})
+                r.raise_for_status()
+                chat_id: str = r.json()["id"]
+                return chat_id
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
 async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], int]:
     """Gaps between tokens while every stream is flowing: after the last stream's first
-    token and before the first stream's end (start-up and settling are Part 1's cost)."""
-    auth, chat = await login(base)
+    token and before the first stream's end (start-up and settling are Part 1's cost).
+    Each stream is a message in a chat of its own (one user's): N conversations at once,
+    not N answers queued in one chat whose history grows with each."""
+    auth, _ = await login(base)
+    chats = await new_chats(base, auth, streams)
     token = auth["Authorization"].split()[1]
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"content": "load"}).encode()
@@ -190,7 +207,8 @@ async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], 
 
     async def start(i: int) -> tuple[float | None, float | None]:
         await asyncio.sleep(ramp * i / streams)
-        return await one_stream(host, int(port), f"/api/chats/{chat}/messages", body, token, marks)
+        path = f"/api/chats/{chats[i]}/messages"
+        return await one_stream(host, int(port), path, body, token, marks)
 
     results = await asyncio.gather(*(start(i) for i in range(streams)), return_exceptions=True)
     spans = [r for r in results if isinstance(r, tuple) and r[0] is not None and r[1] is not None]

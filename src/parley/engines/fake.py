@@ -98,8 +98,14 @@ class FakeEngine:
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 yield Delta("", 0, FinishReason.ABORT, prompt)
                 return
+            # tokens come on a schedule (first + i * latency), as an engine's do, however
+            # long the consumer takes with each: a slow consumer falls behind, it does not
+            # slow the engine down
+            loop = asyncio.get_running_loop()
+            due = loop.time()
             for i, token in enumerate(tokens):
-                if i and await _sleep_unless(aborted, self.config.inter_token_latency):
+                due += self.config.inter_token_latency if i else 0.0
+                if i and await _sleep_unless(aborted, due - loop.time()):
                     yield Delta("", 0, FinishReason.ABORT)
                     return
                 last = i == len(tokens) - 1
