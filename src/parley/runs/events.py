@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from parley.bus.interface import EventKind, RunEvent, StreamEntry
@@ -67,7 +66,7 @@ def usage(run: Run) -> dict[str, Any]:
 def sse_frame(entry: StreamEntry) -> str:
     """An entry as an SSE event; one without an id (the relay's own, not the stream's)
     has no ``id:`` line, so a client's Last-Event-ID stays the stream's last."""
-    data = json.dumps(entry.event.data, separators=(",", ":"), ensure_ascii=False)
+    data = entry.event.json
     head = f"id: {entry.id}\n" if entry.id else ""
     return f"{head}event: {entry.event.kind.value}\ndata: {data}\n\n"
 

@@ -10,7 +10,6 @@ them all whenever the number of streams reaches a multiple of 64 (not every appe
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 
 from parley.bus.interface import EventKind, RunEvent, StaleAttempt, StreamEntry
@@ -46,7 +45,7 @@ class _StreamOps(_MemoryOps):
             stream = self._streams[run_id] = _Stream()
         seq = stream.next_seq
         stream.next_seq += 1
-        stream.entries.append((seq, event.kind.value, json.dumps(event.data)))
+        stream.entries.append((seq, event.kind.value, event.json))
         if len(stream.entries) > self.limits.stream_maxlen:
             del stream.entries[: len(stream.entries) - self.limits.stream_maxlen]
         stream.expires_at = self._clock() + self.limits.stream_ttl_seconds
@@ -115,7 +114,7 @@ def _after(entries: list[_Stored], after_seq: int, count: int) -> list[StreamEnt
         return []
     start = max(0, after_seq - entries[0][0] + 1)
     return [
-        StreamEntry(f"{seq}-0", RunEvent(EventKind(kind), json.loads(data)))
+        StreamEntry(f"{seq}-0", RunEvent.encoded(EventKind(kind), data))
         for seq, kind, data in entries[start : start + count]
     ]
 

@@ -8,7 +8,6 @@ default). The part in braces is a Redis Cluster hash tag, so the keys one script
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, cast, overload
@@ -132,7 +131,14 @@ def _streams(reply: object) -> list[tuple[str, list[Any]]]:
     return [(_text(row[0]), list(row[1])) for row in cast(list[Any], reply)]
 
 
+_KINDS = {kind.value: kind for kind in EventKind}
+
+
 def _entry(entry_id: object, fields: object) -> StreamEntry:
+    """A stream entry as read; its data stays JSON text until something reads it (a relay
+    writes the text out as it is). An entry of an unknown kind raises ValueError."""
     values = cast(dict[str, str], fields)
-    data: dict[str, Any] = json.loads(values["d"])
-    return StreamEntry(_text(entry_id), RunEvent(EventKind(values["k"]), data))
+    kind = _KINDS.get(values["k"])
+    if kind is None:
+        raise ValueError(f"unknown event kind {values['k']!r}")
+    return StreamEntry(_text(entry_id), RunEvent.encoded(kind, values["d"]))

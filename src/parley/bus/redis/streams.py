@@ -21,7 +21,6 @@ appends.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 from parley.bus.interface import RunEvent, StaleAttempt, StreamEntry
@@ -74,7 +73,7 @@ class _StreamOps(_RedisOps):
     _raise_fence = _LuaScript(_RAISE_FENCE)
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
-        data = json.dumps(event.data, separators=(",", ":"))
+        data = event.json
         ttl_ms = _ms(self.limits.stream_ttl_seconds)
         fenced = "" if fence is None else str(int(fence))
         args: list[_Arg] = [self.limits.stream_maxlen, event.kind.value, data, ttl_ms, fenced]
