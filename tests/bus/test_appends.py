@@ -1,5 +1,5 @@
 """The Redis bus's batched appends (``bus/redis/appends.py``) on the real Redis: many runs'
-appends share one pipelined round trip per flush (those queued while one is out go in the
+appends share one round trip (one script call) per flush (those queued while one is out go in the
 next), each caller still gets its own entry id (in order per stream), a stale attempt is
 refused alone, and a script flushed from the server is loaded again."""
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from parley.bus.interface import BusLimits, EventKind, RunEvent, StaleAttempt
 from parley.bus.redis import RedisBus
@@ -25,12 +26,13 @@ def delta(i: int) -> RunEvent:
     return RunEvent(EventKind.DELTA, {"text": f"t{i}", "tokens": 1})
 
 
-class Pipelines:
-    """Counts the pipelines the bus's client executes."""
+class RoundTrips:
+    """Counts the script calls and pipelines the bus's client sends (its round trips)."""
 
     def __init__(self, bus: RedisBus) -> None:
         self.count = 0
         make = bus._redis.pipeline
+        evalsha = bus._redis.evalsha
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             pipe = make(*args, **kwargs)
@@ -43,7 +45,12 @@ class Pipelines:
             pipe.execute = execute_counted  # type: ignore[method-assign]
             return pipe
 
+        async def evalsha_counted(*args: Any) -> Any:
+            self.count += 1
+            return await evalsha(*args)
+
         bus._redis.pipeline = counted  # type: ignore[method-assign]
+        bus._redis.evalsha = evalsha_counted  # type: ignore[method-assign,assignment]
 
 
 async def make(batching: bool) -> RedisBus:
@@ -63,14 +70,14 @@ async def batched() -> AsyncIterator[RedisBus]:
 async def test_many_runs_appends_share_few_round_trips_and_keep_their_order(
     batched: RedisBus,
 ) -> None:
-    pipelines = Pipelines(batched)
+    trips = RoundTrips(batched)
     runs = [f"run_{i}" for i in range(50)]
 
     async def stream(run_id: str) -> list[str]:
         return [await batched.append(run_id, delta(i), fence=1) for i in range(8)]
 
     ids = await asyncio.gather(*(stream(r) for r in runs))
-    assert pipelines.count <= 8 * 3  # about one flush per token step of all 50 runs (not 400)
+    assert trips.count <= 8 * 3  # about one flush per token step of all 50 runs (not 400)
     for run_id, appended in zip(runs, ids, strict=True):
         entries = await batched.read(run_id, None, timeout=0)
         assert [e.id for e in entries] == appended
@@ -80,9 +87,9 @@ async def test_many_runs_appends_share_few_round_trips_and_keep_their_order(
 async def test_without_batching_each_append_is_its_own_round_trip() -> None:
     bus = await make(False)
     try:
-        pipelines = Pipelines(bus)
+        trips = RoundTrips(bus)
         await asyncio.gather(*(bus.append(f"run_{i}", delta(0)) for i in range(10)))
-        assert pipelines.count == 10
+        assert trips.count == 10
     finally:
         await bus.close()
 
@@ -120,3 +127,22 @@ async def test_appends_waiting_when_the_bus_closes_fail_instead_of_hanging() -> 
     results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 5)
     assert all(isinstance(r, str | RedisConnectionError) for r in results), results
     assert any(isinstance(r, RedisConnectionError) for r in results)
+
+
+async def test_a_call_that_errors_in_a_batch_fails_alone(batched: RedisBus) -> None:
+    """A stream key that holds something else (a wrong type): that append fails with Redis's
+    error, the others of its batch go in."""
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await admin.set(batched._run_key("run_bad", "events"), "not a stream")
+    finally:
+        await admin.aclose()
+    results = await asyncio.gather(
+        batched.append("run_a", delta(0)),
+        batched.append("run_bad", delta(1)),
+        batched.append("run_b", delta(2)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], ResponseError) and "WRONGTYPE" in str(results[1])
+    assert isinstance(results[0], str) and isinstance(results[2], str)
+    assert [e.event.data["text"] for e in await batched.read("run_b", None, timeout=0)] == ["t2"]

@@ -142,13 +142,15 @@ async def test_a_run_streams_through_a_postgres_outage_and_is_stored_once_it_ret
 ) -> None:
     """The database goes away mid-answer: the run keeps streaming (its events go through the
     bus), its end is stored once the database is back (retried, not lost), and the client
-    then gets ``done``; the answer is stored exactly once, whole."""
+    then gets ``done``; the answer is stored exactly once, whole. The outage outlasts the
+    answer by more than two quiet intervals (1 s here), each of which has the relay ask the
+    database whether the run ended: not knowing is no reason to end the stream."""
     auth = await user_headers(client, "ada@example.com")
     chat_id = await new_chat(client, auth)
 
     def outage() -> None:
         postgres_proxy.cut()
-        asyncio.get_running_loop().call_later(2.5, postgres_proxy.restore)
+        asyncio.get_running_loop().call_later(4.5, postgres_proxy.restore)
 
     seen = await send_streamed(client, auth, chat_id, at_third_delta=outage)
     kinds = [e.event for e in seen]

@@ -11,6 +11,7 @@ and a ``done``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator
 
@@ -26,6 +27,8 @@ from parley.runs.events import delta_event, done_event, error_event, sse_frame, 
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
+
+log = logging.getLogger(__name__)
 
 # a run stored as ended whose stream lacks its end: how long its last events are waited for
 END_GRACE_SECONDS = 0.5
@@ -145,10 +148,17 @@ class Relay:
 
     async def _stored(self, who: Principal, run_id: str) -> list[StreamEntry] | None:
         """The finished run from the store as a ``delta`` (``replace``) and ``done``; None
-        while it has not ended."""
-        async with self._db.transaction() as s:
-            run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
-            content = await run_records.answer(s, run)
+        while it has not ended, or while the database cannot say (an outage): the stream
+        goes on through the bus, whose events do not need the database."""
+        try:
+            async with self._db.transaction() as s:
+                run = await run_records.get_run(s, user_id=who.user_id, run_id=run_id)
+                content = await run_records.answer(s, run)
+        except OUTAGE_EXCEPTIONS as e:
+            if outage(e) is None:
+                raise
+            log.info("run %s: the database cannot say if it ended; streaming on", run_id)
+            return None
         if not run.status.is_terminal:
             return None
         return [

@@ -1,17 +1,21 @@
-"""Appends to run streams batched: one pipelined round trip to Redis per flush for every
-run a worker is generating, instead of one per token per run.
+"""Appends to run streams batched: one round trip to Redis per flush for every run a worker
+is generating, instead of one per token per run.
 
 ``append()`` queues the append script's call and waits for its own result. One flusher task
-sends what is queued as one pipeline (``EVALSHA`` each, no transaction: each append stays its
-own atomic script, fence check included), and as soon as that round trip is back, what was
-queued meanwhile (group commit): an append alone goes out at once, as before, and under load
-the appends of every run wait at most one round trip and share the next. At most
-``max_batch`` a pipeline. ``batching`` off: each append is its own round trip (the previous
-behaviour, kept for comparison).
+sends what is queued as ONE script call (the batch script runs the append script's body once
+per queued call, in order, each with its own fence check, and answers a result for each), and
+as soon as that round trip is back, what was queued meanwhile (group commit): an append alone
+goes out at once, as before, and under load the appends of every run wait at most one round
+trip and share the next. At most ``max_batch`` calls a batch. One script call rather than a
+pipeline of one per append: Redis parses and runs one command, and the client packs one and
+parses one reply, instead of hundreds. (All of a batch's keys must live on one node, as the
+stream tail's ``XREAD`` already needs: one Redis, not Redis Cluster.) ``batching`` off: each
+append is its own round trip (the previous behaviour, kept for comparison).
 
 A script unknown to the server (``NOSCRIPT``: Redis restarted, or a fresh one) is loaded and
-the calls it refused are sent again. A connection error fails every append of the batch
-(each caller sees it, as a single append would); a call's own error fails that call alone.
+the call sent again. A connection error fails every append of the batch (each caller sees
+it, as a single append would); a call's own error (a wrong key type, say) fails that call
+alone.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from parley.bus.redis.shared import _Arg
 
@@ -44,7 +49,9 @@ class AppendBatcher:
     ) -> None:
         self._redis = redis
         self._source = source
-        self._sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's id
+        self._sha = _sha(source)
+        self._batch_source = _batch_script(source)
+        self._batch_sha = _sha(self._batch_source)
         self._batching = batching
         self._max_batch = max_batch
         self._queued: list[_Call] = []
@@ -94,23 +101,76 @@ class AppendBatcher:
                     call.done.set_result(result)
 
     async def _send(self, batch: list[_Call]) -> list[object]:
-        results = await self._pipeline(batch)
-        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:
-            await self._redis.script_load(self._source)
-            again = await self._pipeline([batch[i] for i in missing])
-            for i, result in zip(missing, again, strict=True):
-                results[i] = result
-        return results  # (a call's own error, as an exception in its place)
+        if len(batch) == 1:
+            call = batch[0]
+            try:
+                return [await self._evalsha(self._sha, self._source, call.keys, call.args)]
+            except ResponseError as e:  # the call's own error, as the batch script gives it
+                return [e]
+        keys = [key for call in batch for key in call.keys]
+        args: list[_Arg] = [len(batch[0].keys), len(batch[0].args)]
+        args.extend(arg for call in batch for arg in call.args)
+        replies = await self._evalsha(self._batch_sha, self._batch_source, keys, args)
+        return [_result(reply) for reply in cast(list[object], replies)]
 
-    async def _pipeline(self, batch: list[_Call]) -> list[object]:
-        pipe = self._redis.pipeline(transaction=False)
-        for call in batch:
-            pipe.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
-        return list(await pipe.execute(raise_on_error=False))
+    async def _evalsha(
+        self, sha: str, source: str, keys: Sequence[str], args: Sequence[_Arg]
+    ) -> object:
+        try:
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.script_load(source)
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)
 
 
 def _value(result: object) -> object:
     if isinstance(result, Exception):
         raise result
     return result
+
+
+_REFUSED = ""  # the batch script's answer for a call whose script answered false
+_ERROR = "ERR "  # ... and the prefix of one whose script raised an error
+
+
+def _batch_script(source: str) -> str:
+    """A script that runs ``source`` (written for one call: KEYS, ARGV, returning a string or
+    false) once per call of a batch. ARGV[1] and ARGV[2]: the keys and args per call, then
+    each call's args in order; KEYS: each call's keys in order. Answers an array: each
+    call's string, ``_REFUSED`` for false, or ``_ERROR`` and the message of its error."""
+    return f"""
+local function one(KEYS, ARGV)
+{source}
+end
+local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {{}}
+for i = 0, (#ARGV - 2) / na - 1 do
+  local keys, args = {{}}, {{}}
+  for j = 1, nk do keys[j] = KEYS[i * nk + j] end
+  for j = 1, na do args[j] = ARGV[2 + i * na + j] end
+  local ok, res = pcall(one, keys, args)
+  if not ok then
+    if type(res) == 'table' and res.err then res = res.err end
+    out[i + 1] = '{_ERROR}' .. tostring(res)
+  elseif res then
+    out[i + 1] = res
+  else
+    out[i + 1] = '{_REFUSED}'
+  end
+end
+return out
+"""
+
+
+def _result(reply: object) -> object:
+    """One call's result from the batch script's answer (see ``_batch_script``)."""
+    text = reply.decode() if isinstance(reply, bytes) else reply
+    if text == _REFUSED:
+        return None
+    if isinstance(text, str) and text.startswith(_ERROR):
+        return ResponseError(text.removeprefix(_ERROR))
+    return text
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script id
