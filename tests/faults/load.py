@@ -153,14 +153,17 @@ class Load:
     async def stop(self, grace: float = 60) -> None:
         """Stop starting new messages; let each user finish the one in hand (``grace`` s)."""
         self._stopping.set()
-        done, pending = await asyncio.wait(self._tasks, timeout=grace)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            task.result()  # a bug in the load itself fails loudly
-        for client in self._clients:
-            await client.aclose()
+        try:
+            if self._tasks:
+                done, pending = await asyncio.wait(self._tasks, timeout=grace)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                for task in done:
+                    task.result()  # a bug in the load itself fails loudly
+        finally:
+            for client in self._clients:
+                await client.aclose()
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

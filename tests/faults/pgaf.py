@@ -13,7 +13,8 @@ Two details of a formation on one small machine: a standby's first copy
 ``checkpoint_timeout``), so the harness asks the primary for a ``CHECKPOINT`` while a
 standby catches up; and ``pg_autoctl perform failover`` returns once the new primary takes
 writes, so ``failover()`` then waits for the old primary to be a standby again (the
-formation can fail over again only then).
+formation can fail over again only then). ``crash_primary()`` kills the primary's service
+and Postgres instead (a crashed host) and lets the monitor's health checks find out.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -90,7 +92,7 @@ class Formation:
         self.root = Path(tempfile.mkdtemp(prefix="parley-pgaf-"))
         self.monitor_port = free_port()
         self.ports = {f"node{n + 1}": free_port() for n in range(nodes)}
-        self._services: list[tuple[subprocess.Popen[bytes], Any]] = []
+        self._services: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
         if self.user is not None:
             shutil.chown(self.root, self.user, self.user)
 
@@ -140,11 +142,11 @@ class Formation:
             raise RuntimeError(f"pg_autoctl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
         return r.stdout
 
-    def _service(self, name: str, *args: str) -> None:
-        """``pg_autoctl create … --run``: the node's service, in the background."""
-        log = (self.root / f"{name}.log").open("wb")
+    def _service(self, name: str, *args: str, run: bool = True) -> None:
+        """``pg_autoctl create … --run`` (or ``run``): the node's service, in the background."""
+        log = (self.root / f"{name}.log").open("ab")
         proc = subprocess.Popen(
-            [PG_AUTOCTL, *args, "--run"],
+            [PG_AUTOCTL, *args, *(["--run"] if run else [])],
             env=self._env(),
             user=self.user,
             stdout=log,
@@ -152,7 +154,7 @@ class Formation:
             cwd=self.root,
             start_new_session=True,
         )
-        self._services.append((proc, log))
+        self._services[name] = (proc, log)
 
     def _common(self, name: str, port: int) -> list[str]:
         return [
@@ -261,9 +263,47 @@ class Formation:
         self._wait(lambda: self._settled(len(self.ports)), "the formation to settle", deadline)
         return time.monotonic() - started
 
+    def crash_primary(self, timeout: float = 120) -> tuple[float, float]:
+        """SIGKILL the primary's pg_autoctl and its Postgres (a crashed host): the monitor
+        promotes the standby once its health checks give up on the primary. Then the node is
+        started again and rejoins as a standby. The seconds until the standby was promoted,
+        and until the formation settled again."""
+        before = self.primary()
+        proc, log = self._services.pop(before)
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the service and its Postgres
+        proc.wait(timeout=10)
+        log.close()
+        deadline = started + timeout
+        self._wait(lambda: self._promoted_other_than(before), "the standby promoted", deadline)
+        promoted = time.monotonic() - started
+        self._service(before, "run", "--pgdata", str(self.root / before), run=False)
+        self._wait(lambda: self._settled(len(self.ports)), "the formation to settle", deadline)
+        return promoted, time.monotonic() - started
+
+    def tune_monitor(self, **settings: str) -> None:
+        """Set the monitor's ``pgautofailover.*`` settings (e.g. ``primary_demote_timeout="10s"``)
+        and reload it."""
+        statements = [f"ALTER SYSTEM SET pgautofailover.{k} = '{v}'" for k, v in settings.items()]
+        for sql in [*statements, "SELECT pg_reload_conf()"]:
+            subprocess.run(
+                [str(self.bindir / "psql"), "-h", "127.0.0.1", "-p", str(self.monitor_port),
+                 "-U", "postgres", "-d", "pg_auto_failover", "-qAtc", sql],
+                capture_output=True,
+                timeout=20,
+                check=True,
+            )  # fmt: skip
+
+    def _promoted_other_than(self, name: str) -> bool:
+        takes_writes = ("wait_primary", "primary")
+        return any(
+            s.name != name and s.reported == s.assigned and s.reported in takes_writes
+            for s in self.states()
+        )
+
     def _wait(self, check: Any, what: str, deadline: float) -> None:
         while True:
-            for proc, _ in self._services:
+            for proc, _ in self._services.values():
                 if proc.poll() is not None:
                     raise RuntimeError(f"a pg_autoctl service exited early:\n{self.logs()}")
             try:
@@ -288,12 +328,12 @@ class Formation:
         for name in names:
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self._ctl("stop", "--pgdata", str(self.root / name), "--fast", timeout=30)
-        for proc, log in self._services:
+        for proc, log in self._services.values():
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)  # its own session: the service and its Postgres
+                    os.killpg(proc.pid, signal.SIGKILL)  # its session: the service, its Postgres
                 proc.wait(timeout=10)
             log.close()
         shutil.rmtree(self.root, ignore_errors=True)
