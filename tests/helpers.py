@@ -31,6 +31,8 @@ def assert_error(r: httpx.Response, status: int, code: str | None = None) -> dic
     error: dict[str, Any] = r.json()["error"]
     refusal = status in (429, 503)  # says when to retry, and how to back off after that
     extra = {"retry_after", "backoff"} if refusal else set()
+    if error.get("code") == "content_blocked":
+        extra.add("category")  # the content policy category the prompt breaks
     assert set(error) == {"type", "code", "message", "param", *extra}, error
     if refusal:
         assert error["retry_after"] >= 1 and str(error["retry_after"]) == r.headers["Retry-After"]

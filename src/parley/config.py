@@ -44,6 +44,7 @@ from parley.engines.settings import (
 )
 from parley.errors import ConfigurationError
 from parley.logs import LogFormat
+from parley.safety.settings import SafetySettings, check_tiers
 from parley.store.urls import Role, is_postgres, normalize_database_url
 from parley.tiers import TierSettings, default_tiers
 
@@ -223,6 +224,7 @@ class Settings(BaseSettings):
     builtin_engine: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)  # docs/SAFETY.md
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(
         default=None, gt=0, description="Runs one worker executes at once; default: engine slots."
@@ -319,6 +321,7 @@ class Settings(BaseSettings):
         if self.stream_maxlen <= max(t.max_output_tokens for t in self.tiers.values()) + 16:
             raise ValueError("stream_maxlen must exceed every tier's max_output_tokens")
         self._check_models()
+        check_tiers(self.safety, self.tiers)
         if self.database_replica_url and not is_postgres(self.resolved_database_url):
             raise ValueError("database_replica_url needs a Postgres database_url")
         if self.default_page_size > self.max_page_size:

@@ -54,6 +54,12 @@ TERMINAL_RUN_STATUSES = frozenset(
 QUEUE_WAIT_EXCEEDED = "queue_wait_exceeded"
 """The error of a run still queued past its tier's ``max_queue_wait_seconds``."""
 
+CONTENT_BLOCKED = "content_blocked"
+"""The error of a run the content policy refused: its prompt, or its answer as it streamed."""
+
+MODERATION_UNAVAILABLE = "moderation_unavailable"
+"""The error of an answer stopped because a classifier that fails closed gave no verdict."""
+
 
 class RunSource(StrEnum):
     """Who asked for a run: a chat (the web UI, ``/api``), a program (``/v1``) or parley

@@ -46,6 +46,17 @@ class InvalidRequest(ParleyError):
     code = "invalid_request"
 
 
+class ContentBlocked(InvalidRequest):
+    """A prompt the content policy refuses (``safety/``): stored as refused, never run or
+    billed. ``category`` names the policy it breaks."""
+
+    code = "content_blocked"
+
+    def __init__(self, message: str, *, category: str | None) -> None:
+        super().__init__(message, param="content")
+        self.category = category
+
+
 class Unauthenticated(ParleyError):
     status_code = 401
     type = "authentication_error"
@@ -123,6 +134,13 @@ class DependencyUnavailable(Unavailable):
     request changed nothing; retry shortly (``parley.outages``)."""
 
     code = "dependency_unavailable"
+
+
+class ModerationUnavailable(Unavailable):
+    """A prompt that could not be checked: a classifier that fails closed gave no verdict.
+    Nothing was stored or charged; retry shortly."""
+
+    code = "moderation_unavailable"
 
 
 class Overloaded(Unavailable):

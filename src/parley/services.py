@@ -32,10 +32,12 @@ from parley.qos.budget import Budget
 from parley.qos.costs import PromptCounter
 from parley.runs.finisher import Finisher
 from parley.runs.generation import Prompting
+from parley.runs.refusals import Refusals
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
 from parley.runs.worker import Worker
+from parley.safety.moderator import Moderator
 from parley.store.database import Database
 from parley.store.pages import Cursors
 from parley.store.routing import Reads
@@ -65,6 +67,7 @@ class Services:
     worker: Worker | None = None
     summaries: Summaries | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    moderator: Moderator = field(init=False)  # set by moderate_prompts
 
     async def start(self) -> None:
         """Start the background work: the sweeper, and the worker when this process has one."""
@@ -89,6 +92,7 @@ class Services:
         if self.summaries is not None:
             await self.summaries.close()
         await self.context.close()
+        await self.moderator.close()
         if self.engine is not None:
             await self.engine.close()
         await self.bus.close()
@@ -164,9 +168,17 @@ def build_services(
         metrics=metrics,
         reads=reads,
     )
+    moderate_prompts(services)
     if worker:
         add_worker(services, engine)
     return services
+
+
+def moderate_prompts(services: Services) -> None:
+    """The moderator (``safety/``), which prompts go through before admission."""
+    services.moderator = Moderator(services.settings, metrics=services.metrics.moderation)
+    refusals = Refusals(services.db, services.finisher, services.moderator)
+    services.submitter.check_prompts_with(refusals)
 
 
 async def checked_services(settings: Settings, *, worker: bool) -> Services:
@@ -225,6 +237,7 @@ def add_worker(services: Services, engine: Engine | None = None) -> None:
         prompting=Prompting(services.db, services.engine, services.context, summaries),
         concurrency=concurrency,
         metrics=services.metrics,
+        moderator=services.moderator,
     )
     # prompts are counted with the engine's own tokenizer (not read from disk again)
     tokenizer = builtin_tokenizer(services.engine)

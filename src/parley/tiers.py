@@ -38,6 +38,16 @@ class BackoffGuidance(BaseModel):
         return self.model_dump(mode="json")
 
 
+class ModerationChoice(BaseModel):
+    """The classifiers (names in ``Settings.safety.classifiers``) a tier's prompts and answers
+    go through; an empty list checks nothing at that stage."""
+
+    model_config = {"extra": "forbid"}
+
+    input: list[str] = Field(default_factory=lambda: ["rules"])
+    output: list[str] = Field(default_factory=lambda: ["rules"])
+
+
 class TierSettings(BaseModel):
     """One service tier. The numbers are used by admission (QoS)."""
 
@@ -62,6 +72,7 @@ class TierSettings(BaseModel):
     backoff: BackoffGuidance = Field(
         default_factory=lambda: BackoffGuidance(strategy=BackoffStrategy.LINEAR, max_seconds=30)
     )
+    moderation: ModerationChoice = Field(default_factory=ModerationChoice)
 
     @model_validator(mode="after")
     def _downgrade_needs_shedding(self) -> TierSettings:

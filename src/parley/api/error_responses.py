@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from parley.errors import (
+    ContentBlocked,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -59,6 +60,8 @@ def error_body(exc: ParleyError) -> dict[str, Any]:
         error["retry_after"] = _whole_seconds(exc.retry_after)
     if exc.backoff is not None:
         error["backoff"] = exc.backoff
+    if isinstance(exc, ContentBlocked):
+        error["category"] = exc.category  # the policy the prompt breaks
     return {"error": error}
 
 

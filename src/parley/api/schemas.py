@@ -38,6 +38,9 @@ class ErrorDetail(BaseModel):
     code: str = Field(examples=["validation_error"])
     message: str
     param: str | None = None
+    category: str | None = Field(
+        None, description="content_blocked: the content policy category the prompt breaks."
+    )
 
 
 class ErrorBody(BaseModel):
@@ -202,6 +205,13 @@ class ChatList(BaseModel):
     next_cursor: str | None
 
 
+class MessageError(BaseModel):
+    """Why an answer failed or was refused (its run's error)."""
+
+    code: str = Field(examples=["content_blocked"])
+    message: str
+
+
 class MessageOut(BaseModel):
     id: str
     object: Literal["message"] = "message"
@@ -216,6 +226,9 @@ class MessageOut(BaseModel):
         None, description="An answer's model asked for, when a busy service downgraded it."
     )
     token_count: int | None
+    error: MessageError | None = Field(
+        None, description="A failed or refused answer: why (the content policy, an engine ...)."
+    )
     created_at: datetime
     updated_at: datetime
 

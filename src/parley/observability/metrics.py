@@ -46,6 +46,7 @@ from parley.domain import QUEUE_WAIT_EXCEEDED, utcnow
 from parley.engines.interface import Delta, Engine
 from parley.engines.registry import configured_models
 from parley.engines.stats import engine_stats, engines_by_model, replica_stats
+from parley.observability.moderation import moderation_metrics
 from parley.store.schema import Run
 
 log = logging.getLogger(__name__)
@@ -228,6 +229,7 @@ class Metrics:
         self._runs = _run_metrics(own)
         self._edge = _edge_metrics(own)
         self._engine = _engine_metrics(own)
+        self.moderation = moderation_metrics(own)  # recorded by the safety.Moderator
         self._models = configured_models(settings)
         self._prefix_seen: dict[str, tuple[int, int]] = {}
         self._queue = _QueueDepth(t.priority for t in settings.tiers.values())

@@ -1,9 +1,11 @@
 """OpenAI's chat-completions wire format, the one module of its types.
 
 Three places speak it: the upstream engine (a client of vLLM, SGLang, llama.cpp, Ollama or a
-hosted API), ``parley engine serve`` (a server of the built-in and fake engines) and, later,
-the ``/v1`` API for programs. Requests are read leniently (unknown fields are ignored, as
-OpenAI-compatible servers do); what parley writes carries only the fields it sets.
+hosted API), ``parley engine serve`` (a server of the built-in and fake engines, and of
+``/v1/moderations`` by the rule set) and the ``/v1`` API for programs; the safety
+classifiers speak its moderations and chat completions as clients. Requests are read
+leniently (unknown fields are ignored, as OpenAI-compatible servers do); what parley writes
+carries only the fields it sets.
 """
 
 from __future__ import annotations
@@ -149,6 +151,29 @@ class ModelCard(_Lenient):
 class ModelCardList(_Lenient):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class ModerationRequest(_Lenient):
+    """``POST /v1/moderations``: one text or several."""
+
+    input: str | Annotated[list[str], Field(min_length=1)]
+    model: str | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class ModerationResult(_Lenient):
+    flagged: bool
+    categories: dict[str, bool] = Field(default_factory=dict)
+    category_scores: dict[str, float] = Field(default_factory=dict)
+
+
+class ModerationResponse(_Lenient):
+    id: str = ""
+    model: str = ""
+    results: Annotated[list[ModerationResult], Field(min_length=1)]
 
 
 class ErrorDetail(_Lenient):

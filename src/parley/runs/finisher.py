@@ -14,17 +14,19 @@ It is idempotent: a run that someone else already ended (the guard no longer hol
 alone, and ``finish`` answers None. Whoever's guarded update wins settles the reservation,
 so it is settled exactly once. A crash between the commit and the settle loses that refund.
 
-The worker (completed, cancelled, failed), the sweeper (a lost worker) and cancel (a queued
-run) end runs here; new ways for a run to end (shedding, moderation, upstream failures) come
-through this door too.
+The worker (completed, cancelled, failed, rejected by output moderation), the sweeper (a
+lost worker, a queue wait exceeded), cancel (a queued run) and input moderation (a refused
+prompt, made and ended in one transaction: ``made_ended``) end runs here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.bus.interface import Bus
 from parley.domain import RunStatus
@@ -43,6 +45,9 @@ RETRY_FIRST_SECONDS = 0.1
 RETRY_CAP_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
+
+Make = Callable[[AsyncSession], Awaitable[Run]]
+"""Makes a run in the transaction given (``Finisher.made_ended``)."""
 
 EndListener = Callable[[Run], None]
 """Told of every run that ended here, after its ``done`` event (e.g. to count it)."""
@@ -98,22 +103,38 @@ class Finisher:
         """End the run with ``outcome`` if ``guard`` still holds; the ended run, or None if
         it was ended (or moved on) elsewhere."""
         async with self._db.transaction() as s:
-            ended = await run_records.finish(
-                s,
-                run_id=run_id,
-                outcome=outcome,
-                from_status=guard.from_status,
-                worker_id=guard.worker_id,
-                lease_expired=guard.lease_expired,
-            )
-        if ended is None:
-            return None
+            ended = await self._store(s, run_id, outcome, guard)
+        return None if ended is None else await self._after(ended, outcome)
+
+    async def made_ended(self, make: Make, outcome: Outcome) -> Run:
+        """A run made and ended in one transaction (a prompt the content policy refuses):
+        never, not for a moment, queued where a sweeper could pick it up."""
+        async with self._db.transaction() as s:
+            made = await make(s)
+            ended = await self._store(s, made.id, outcome, Guard(RunStatus.QUEUED))
+        assert ended is not None  # nobody else knew of it
+        return await self._after(ended, outcome)
+
+    async def _store(
+        self, s: AsyncSession, run_id: str, outcome: Outcome, guard: Guard
+    ) -> run_records.Finished | None:
+        return await run_records.finish(
+            s,
+            run_id=run_id,
+            outcome=outcome,
+            from_status=guard.from_status,
+            worker_id=guard.worker_id,
+            lease_expired=guard.lease_expired,
+        )
+
+    async def _after(self, ended: run_records.Finished, outcome: Outcome) -> Run:
+        """Steps 2 to 5, once the end is stored."""
         if self._reads is not None:  # the user's reads see the end before its `done`
             await self._reads.wrote(ended.run.user_id)
         try:
             await self._budget.settle_run(ended.run, ended.reserved_tokens)
         except OUTAGE_EXCEPTIONS as e:  # the run has ended all the same (stored above)
-            log.warning("run %s: settling its budget failed, the bus is down: %r", run_id, e)
+            log.warning("run %s: settling its budget failed, the bus is down: %r", ended.run.id, e)
         await self._let_go(ended.run)
         await self._announce(ended.run, outcome)
         self._tell(ended.run)

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field, replace
 from parley.domain import RunStatus
 from parley.engines.interface import Delta, EngineError, FinishReason
 from parley.outages import outage
+from parley.runs.moderated import OutputRefused
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
+
+CONTENT_FILTER = "content_filter"  # the finish reason of an answer moderation stopped
 
 
 @dataclass(slots=True)
@@ -51,6 +54,18 @@ class Progress:
         if self.cancelled:  # stopped before any output: it costs nothing
             prompt = prompt if self.tokens else None
             return Outcome(RunStatus.CANCELLED, text, prompt, self.tokens, "cancelled")
+        if isinstance(self.error, OutputRefused):  # charged what the engine generated
+            tokens = max(self.tokens, self.error.generated)
+            refused = self.error
+            return Outcome(
+                RunStatus.REJECTED,
+                text,
+                prompt,
+                tokens,
+                CONTENT_FILTER,
+                refused.code,
+                refused.message,
+            )
         code, message = self._failure()
         if code is not None:
             return Outcome(RunStatus.FAILED, text, prompt, self.tokens, "error", code, message)

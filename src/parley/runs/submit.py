@@ -37,6 +37,7 @@ from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
 from parley.runs.events import made_event
 from parley.runs.inputs import RunInput
+from parley.runs.refusals import Refusals
 from parley.runs.requests import ProgramRequest, SendRequest, program_hash, request_hash
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
@@ -79,6 +80,7 @@ class Submitter:
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics
+        self._refusals: Refusals | None = None
         self._admission = admission
         self.costs = Costs(db, budget, context)
         self._db = db
@@ -92,6 +94,10 @@ class Submitter:
     def _lease(self) -> timedelta:
         return timedelta(seconds=self._settings.lease_seconds)
 
+    def check_prompts_with(self, refusals: Refusals) -> None:
+        """Prompts go through the tier's input classifiers before admission."""
+        self._refusals = refusals
+
     def hand_off_to(self, handoff: Handoff) -> None:
         """Runs made while ``handoff`` has a free slot and nothing is queued go to it
         directly (a worker in this process: ``parley serve``)."""
@@ -104,7 +110,8 @@ class Submitter:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
         await self.costs.check_message(new)  # before admission: one that can never fit
-        return await self._admit(new, self.costs.chat_tokens)
+        earlier = await self._moderate(new, req.content)
+        return earlier or await self._admit(new, self.costs.chat_tokens)
 
     @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit_program(
@@ -134,11 +141,21 @@ class Submitter:
             new = self._kept(new, req.input)
 
         tokens = await self.costs.check_program(new, req.input.messages)  # before admission
+        users = [m.content for m in req.input.messages if m.role == "user"]
+        if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
+            return earlier
 
         async def given(_: new_runs.NewRun) -> int:
             return tokens
 
         return await self._admit(new, given)
+
+    async def _moderate(self, new: new_runs.NewRun, text: str) -> Run | None:
+        """The tier's input classifiers, before admission: a refused prompt raises (and is
+        stored as refused, never billed: ``runs/refusals.py``)."""
+        if self._refusals is None:
+            return None
+        return await self._refusals.check(new, text, self._existing)
 
     def _kept(self, new: new_runs.NewRun, given: RunInput) -> new_runs.NewRun:
         """A kept program's run: its last message (a user's) as the chat's new message, the

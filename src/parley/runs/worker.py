@@ -40,7 +40,9 @@ from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
+from parley.runs.moderated import moderated
 from parley.runs.progress import Progress
+from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -64,7 +66,9 @@ class Worker:
         concurrency: int,
         worker_id: str | None = None,
         metrics: Metrics | None = None,
+        moderator: Moderator | None = None,
     ) -> None:
+        self._moderator = moderator
         self._db = db
         self._bus = bus
         self._engine = engine
@@ -278,6 +282,8 @@ class Worker:
             max_tokens=request.max_tokens,
             prompt_tokens=run.prompt_tokens,
         )
+        # nothing reaches the stream before the tier's output classifiers approve it
+        stream = moderated(self._moderator, run, request, stream, self._engine.abort)
         if self._metrics is not None:  # time to first token, inter-token latency
             stream = self._metrics.timed(run, stream)
         try:

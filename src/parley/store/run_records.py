@@ -34,6 +34,20 @@ async def get_run(s: AsyncSession, *, user_id: str, run_id: str) -> Run:
     return run
 
 
+async def errors_of(
+    s: AsyncSession, *, user_id: str, run_ids: list[str]
+) -> dict[str, tuple[str, str]]:
+    """The (code, message) of each of these runs that ended with an error."""
+    if not run_ids:
+        return {}
+    rows = await s.execute(
+        select(Run.id, Run.error_code, Run.error_message).where(
+            Run.user_id == user_id, Run.id.in_(run_ids), Run.error_code.is_not(None)
+        )
+    )
+    return {run_id: (code or "", message or "") for run_id, code, message in rows}
+
+
 async def find_by_idempotency_key(
     s: AsyncSession, *, user_id: str, key: str, since: datetime
 ) -> Run | None:

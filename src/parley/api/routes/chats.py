@@ -18,13 +18,16 @@ from parley.api.schemas import (
     ChatOut,
     ChatUpdate,
     Deleted,
+    MessageError,
     MessageList,
     MessageOut,
 )
 from parley.config import Settings
+from parley.domain import MessageRole, MessageStatus
 from parley.errors import ValidationFailed
-from parley.store import chats
+from parley.store import chats, run_records
 from parley.store.chats import Order
+from parley.store.schema import Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 
@@ -107,10 +110,20 @@ async def list_messages(
             order=order,
             cursors=svc.cursors,
         )
-    return MessageList(
-        data=[MessageOut.model_validate(m, from_attributes=True) for m in page.items],
-        next_cursor=page.next_cursor,
-    )
+        failed = [m.run_id for m in page.items if m.run_id and m.status in _ENDED_BADLY]
+        errors = await run_records.errors_of(s, user_id=who.user_id, run_ids=failed)
+    return MessageList(data=[_message(m, errors) for m in page.items], next_cursor=page.next_cursor)
+
+
+_ENDED_BADLY = frozenset({MessageStatus.FAILED, MessageStatus.REJECTED})
+
+
+def _message(m: Message, errors: dict[str, tuple[str, str]]) -> MessageOut:
+    out = MessageOut.model_validate(m, from_attributes=True)
+    said = errors.get(m.run_id or "") if m.role is MessageRole.ASSISTANT else None
+    if said is not None:
+        out.error = MessageError(code=said[0], message=said[1])
+    return out
 
 
 def _title(raw: str | None, settings: Settings, *, allow_empty: bool) -> str:

@@ -1,0 +1,153 @@
+"""The built-in rule set: patterns per category and prompt-injection heuristics, no model.
+
+Each stage's categories are compiled once into one alternation (a named group per category),
+so a check is one regular-expression search whatever the number of categories. A prompt is
+checked whole, after normalisation (NFKC, format characters such as zero-width spaces
+removed: the usual ways to slip a word past a pattern). An answer is scanned as it streams
+(``OutputScan``): each new piece is searched from where a match could still begin, and a
+partial match at the end (``regex``'s ``partial=True``: "the text so far could be the start
+of a match") holds back only the text from where it starts, until the next piece decides
+it. So no piece of a blocked phrase is ever released, nothing else waits, and each step
+costs a search over the new text and what is held back, not over the whole answer.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+
+import regex
+
+from parley.safety.interface import ALLOWED, Sample, Stage, Verdict
+from parley.safety.settings import RuleCategory, RulesSettings
+
+PROMPT_INJECTION = "prompt_injection"
+INJECTION_REASON = "the message tries to override the assistant's instructions"
+
+# Heuristics: the phrasings that try to make a model drop its instructions, reveal them,
+# or take on an unrestricted persona, and chat-template markers pasted into a message to
+# forge a system or assistant turn.
+INJECTION_PATTERNS = (
+    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}?\b(?:all|any|every|the|your"
+    r"|previous|prior|above|earlier|preceding|system)\b[^.\n]{0,30}?\b(?:instructions?|prompts?"
+    r"|rules|directives|guidelines|guardrails|restrictions)\b",
+    r"\b(?:reveal|show|print|repeat|output|tell me|leak|dump)\b[^.\n]{0,30}?\b(?:your|the)\b"
+    r"[^.\n]{0,20}?\b(?:system prompt|hidden (?:prompt|instructions)|initial instructions"
+    r"|developer message)\b",
+    r"\byou are (?:now )?(?:DAN|in (?:developer|god|jailbreak) mode)\b",
+    r"\b(?:enable|activate|enter)\b[^.\n]{0,20}?\b(?:developer|jailbreak|god) mode\b",
+    r"\bpretend\b[^.\n]{0,30}?\b(?:no|without)\b[^.\n]{0,20}?\b(?:rules|restrictions|filters"
+    r"|guidelines|limits)\b",
+    r"<\|(?:im_start|im_end|system|endoftext|start_header_id|eot_id)\|>|\[/?INST\]|<</?SYS>>",
+)
+
+# how much of the text before the held-back part a scan keeps, for \b and look-behinds
+_CONTEXT_CHARS = 32
+_FLAGS = regex.IGNORECASE | regex.UNICODE
+
+
+def _alternation(groups: Iterable[tuple[str, list[str]]]) -> regex.Pattern[str] | None:
+    parts = [
+        f"(?P<g{i}>{'|'.join(f'(?:{p})' for p in patterns)})"
+        for i, (_, patterns) in enumerate(groups)
+    ]
+    return regex.compile("|".join(parts), _FLAGS) if parts else None
+
+
+class _Compiled:
+    """One stage's categories as one search: the category of a match is its group's."""
+
+    def __init__(self, categories: list[tuple[str, list[str]]], reasons: dict[str, str]) -> None:
+        self.pattern = _alternation(categories)
+        self.names = {f"g{i}": name for i, (name, _) in enumerate(categories)}
+        self.reasons = reasons
+
+    def verdict(self, match: regex.Match[str]) -> Verdict:
+        category = self.names[str(match.lastgroup)]
+        return Verdict(True, category, self.reasons.get(category) or f"it matches {category}")
+
+
+class RuleSet:
+    """The rule set a ``RulesSettings`` describes (compiled at start-up)."""
+
+    inline = True  # checked on the event loop, piece by piece, with no window held back
+
+    def __init__(self, name: str, settings: RulesSettings) -> None:
+        self.name = name
+        categories = settings.categories
+        reasons = {n: c.reason or f"it matches the {n} rules" for n, c in categories.items()}
+        reasons[PROMPT_INJECTION] = INJECTION_REASON
+        injection = (
+            [(PROMPT_INJECTION, list(INJECTION_PATTERNS))] if settings.prompt_injection else []
+        )
+        self._stages = {
+            Stage.INPUT: _Compiled(_of_stage(categories, Stage.INPUT) + injection, reasons),
+            Stage.OUTPUT: _Compiled(_of_stage(categories, Stage.OUTPUT), reasons),
+        }
+        every = [(n, c.patterns) for n, c in categories.items()] + injection
+        self._each = [(n, _alternation([(n, patterns)])) for n, patterns in every]
+
+    async def check(self, sample: Sample) -> Verdict:
+        return self.check_now(sample)
+
+    def check_now(self, sample: Sample) -> Verdict:
+        compiled = self._stages[sample.stage]
+        if compiled.pattern is None:
+            return ALLOWED
+        text = normalize(sample.text) if sample.stage is Stage.INPUT else sample.text
+        match = compiled.pattern.search(text)
+        return ALLOWED if match is None else compiled.verdict(match)
+
+    def categories_of(self, text: str) -> list[str]:
+        """Every category (of any stage) ``text`` matches: the ``/v1/moderations`` answer."""
+        text = normalize(text)
+        return [name for name, pattern in self._each if pattern and pattern.search(text)]
+
+    def scan(self) -> OutputScan | None:
+        """A scan of one answer as it streams (None: no category applies to answers)."""
+        compiled = self._stages[Stage.OUTPUT]
+        return None if compiled.pattern is None else OutputScan(compiled)
+
+    async def close(self) -> None:
+        """Nothing to let go of."""
+
+
+def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[str, list[str]]]:
+    return [(n, c.patterns) for n, c in categories.items() if stage in c.stages]
+
+
+def normalize(text: str) -> str:
+    """NFKC, without format characters (zero-width spaces and joiners, bidi controls)."""
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+
+
+class OutputScan:
+    """The rule set over one answer as it streams: ``feed`` each piece, release up to what
+    it answers. Keeps only the text a match could still start in (and a little before it)."""
+
+    def __init__(self, compiled: _Compiled) -> None:
+        assert compiled.pattern is not None
+        self._pattern = compiled.pattern
+        self._compiled = compiled
+        self._tail = ""  # the text from self._offset on
+        self._offset = 0
+        self._hold = 0  # where a match could still begin: nothing before it can be blocked
+
+    def feed(self, text: str, *, final: bool = False) -> Verdict | int:
+        """Take the answer's next piece: the verdict if it completes a blocked match, else
+        how far (in characters of the whole answer) the text may be released. ``final``:
+        nothing follows, so what could still grow into a match (or out of one: a match
+        that reaches the end, whose ``\\b`` the next piece may undo) is decided now."""
+        self._tail += text
+        start = self._hold - self._offset
+        match = self._pattern.search(self._tail, start)
+        if match is not None and (final or match.end() < len(self._tail)):
+            return self._compiled.verdict(match)
+        first = None if final else self._pattern.search(self._tail, start, partial=True)
+        self._hold = self._offset + (len(self._tail) if first is None else first.start())
+        keep = self._hold - self._offset - _CONTEXT_CHARS
+        if keep > 0:
+            self._tail = self._tail[keep:]
+            self._offset += keep
+        return self._hold
