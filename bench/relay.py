@@ -10,8 +10,8 @@ cost. ``serve`` is the embedded default (SQLite, in-process bus, one process);
 
 Part 2: one `parley serve` process (``--load-stacks serve``), or one `parley api` and
 one `parley worker` on Postgres and Redis (``split``), the fake engine at one token per
-50 ms; open N concurrent streams and measure the gaps between tokens as the client sees
-them. Prints the inter-token p50/p99 at each N and the largest N whose p99 stays within
+50 ms; open N concurrent streams (each a new message in a chat of its own, started at 100
+a second) and measure the gaps between tokens as the client sees them. Prints the inter-token p50/p99 at each N and the largest N whose p99 stays within
 100 ms. ``--compare-batching``: each level twice, the worker's appends to Redis one round
 trip each (``stream_append_batching`` false), then batched (true), side by side. The load
 comes from this process over raw sockets (a light client, so the client is not the
@@ -237,7 +237,10 @@ async def part2(kind: str, levels: list[int], tokens: int, tmp: Path, *, compare
             env = {**engine_env(0, 50, length, 100_000), "PARLEY_STREAM_APPEND_BATCHING": flag}
             stack = start_stack(kind, env, tmp)
             try:
-                gaps, completed = await load_step(stack.base, streams, ramp=min(3.0, streams / 200))
+                # new conversations at 100 a second: over three times the rate that keeps N
+                # streams of this length going (Little: N / duration); all flow at once for most
+                # of their length
+                gaps, completed = await load_step(stack.base, streams, ramp=streams / 100)
             finally:
                 stack.stop()
             if not gaps:
