@@ -9,13 +9,14 @@ cost. ``serve`` is the embedded default (SQLite, in-process bus, one process);
 ``split`` is `parley api` + `parley worker` on Postgres and Redis.
 
 Part 2: one `parley serve` process (``--load-stacks serve``), or one `parley api` and
-one `parley worker` on Postgres and Redis (``split``), the fake engine at one token per
-50 ms; open N concurrent streams (each a new message in a chat of its own, started at 100
-a second) and measure the gaps between tokens as the client sees them. Prints the inter-token p50/p99 at each N and the largest N whose p99 stays within
-100 ms. ``--compare-batching``: each level twice, the worker's appends to Redis one round
-trip each (``stream_append_batching`` false), then batched (true), side by side. The load
-comes from this process over raw sockets (a light client, so the client is not the
-bottleneck measured).
+one `parley worker` on Postgres (database ``parley_bench``, made if missing) and Redis
+(``split``), the fake engine at one token per 50 ms; open N concurrent streams (each a new
+message in a chat of its own, started at 100 a second) and measure the gaps between tokens
+as the client sees them. Prints the inter-token p50/p99 at each N and the largest N whose
+p99 stays within 100 ms. ``--compare-batching``: each level twice, the worker's appends to
+Redis one round trip each (``stream_append_batching`` false), then batched (true), side by
+side. The load comes from this process over raw sockets (a light client, so the client is
+not the bottleneck measured).
 """
 
 from __future__ import annotations

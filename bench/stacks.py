@@ -9,6 +9,7 @@ the tree under test.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
@@ -24,7 +25,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-POSTGRES_URL = os.environ.get("PARLEY_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
+# a database of the benchmarks' own (made if missing): never one a test suite truncates
+POSTGRES_URL = os.environ.get(
+    "PARLEY_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/parley_bench"
+)
 REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # A tier no benchmark's load runs into.
@@ -159,6 +163,8 @@ def start_stack(
             proc.stop()
             raise
         return Stack("serve (SQLite, in-process bus)", base, [proc])
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # (the caller's loop may run)
+        pool.submit(asyncio.run, ensure_database(database_url)).result()
     shared = {
         **env,
         "PARLEY_DATABASE_URL": database_url,
