@@ -40,7 +40,7 @@ from stacks import REDIS_URL, Proc, free_port, loop_runner, pct, wait_ready
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/faults
 
-from tests.faults.load import LOAD_TIERS, Load, User
+from tests.faults.load import LOAD_TIERS, Load, User, check_stored
 from tests.faults.pgaf import Formation, unavailable
 
 STEADY_SECONDS = 5.0
@@ -106,10 +106,17 @@ async def failovers(formation: Formation, tmp: Path, args: argparse.Namespace) -
         print(f"\nPart 1: {len(kinds)} failovers under load ({', '.join(kinds)})")
         for n, kind in enumerate(kinds, 1):
             await one_failover(formation, load, n, kind)
+        await load.stop()
+        stored = await check_stored(formation.primary_url, load.record)  # the sweepers run
     finally:
         await load.stop()
         stop(procs)
     record = load.record
+    print(
+        f"\n  stored: runs {stored.runs}; "
+        + ("; ".join(stored.problems()) or "every accepted message once, none twice, "
+           "every streamed answer as stored")
+    )  # fmt: skip
     print(
         f"\n  over the whole run: {sum(record.statuses.values())} answers, "
         f"{len(record.server_errors)} 5xx other than 503, {len(record.unexpected)} other "

@@ -152,6 +152,8 @@ class Load:
 
     async def stop(self, grace: float = 60) -> None:
         """Stop starting new messages; let each user finish the one in hand (``grace`` s)."""
+        if self._stopping.is_set():
+            return  # stopped already
         self._stopping.set()
         try:
             if self._tasks:
@@ -344,3 +346,68 @@ def _retry_after(r: httpx.Response | None) -> float:
     with contextlib.suppress(ValueError):
         return min(float(r.headers.get("Retry-After", "1")), 5.0)
     return 1.0
+
+
+@dataclass
+class Stored:
+    """What the database holds after a load: runs by status, and what went wrong."""
+
+    runs: dict[str, int]
+    twice: dict[str, int]  # user messages stored more than once, by content
+    missing: list[str]  # accepted messages not stored exactly once
+    differ: dict[str, tuple[str, str | None]]  # run -> (text streamed, answer stored)
+
+    @property
+    def open_runs(self) -> dict[str, int]:
+        return {s: n for s, n in self.runs.items() if s in ("queued", "running")}
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.open_runs:
+            found.append(f"runs never ended: {self.open_runs}")
+        if self.twice:
+            found.append(f"messages stored twice: {list(self.twice.items())[:5]}")
+        if self.missing:
+            found.append(f"accepted messages not stored once: {self.missing[:5]}")
+        if self.differ:
+            found.append(f"streamed answers unlike the stored: {list(self.differ.items())[:3]}")
+        return found
+
+
+async def check_stored(database_url: str, record: Record, *, wait: float = 60) -> Stored:
+    """Once every run has ended (``wait`` s at most): every accepted message stored once,
+    none twice, every streamed answer as stored."""
+    from sqlalchemy import func, select
+
+    from parley.domain import MessageRole, RunStatus
+    from parley.store.database import Database
+    from parley.store.schema import Message, Run
+
+    db = Database(database_url)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            async with db.transaction() as s:
+                rows = await s.execute(select(Run.status, func.count()).group_by(Run.status))
+            runs = {RunStatus(status).value: n for status, n in rows.all()}
+            if not {"queued", "running"} & set(runs) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        async with db.transaction() as s:
+            query = select(Message.content).where(Message.role == MessageRole.USER)
+            users = Counter((await s.scalars(query)).all())
+            on = Message.id == Run.assistant_message_id
+            joined = await s.execute(select(Run.id, Message.content).join(Message, on))
+            answers: dict[str, str] = {run: text for run, text in joined.all()}
+    finally:
+        await db.dispose()
+    return Stored(
+        runs=runs,
+        twice={content: n for content, n in users.items() if n > 1},
+        missing=[content for content in record.accepted if users[content] != 1],
+        differ={
+            run: (text, answers.get(run))
+            for run, text in record.streamed.items()
+            if answers.get(run) != text
+        },
+    )

@@ -23,20 +23,16 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from parley.domain import MessageRole, RunStatus
-from parley.store.database import Database
-from parley.store.schema import Message, Run
 from tests.builders import REDIS_URL
 from tests.faults import pgaf
-from tests.faults.load import LOAD_TIERS, Load, Record
+from tests.faults.load import LOAD_TIERS, Load, Record, check_stored
 from tests.processes import Cluster, cluster_env
 from tests.waiting import eventually
 
@@ -107,15 +103,16 @@ async def test_two_failovers_under_load_lose_nothing_and_answer_no_500(
     finally:
         await load.stop()
     record = load.record
-    runs = await _stored_once_and_ended(formation, record)
+    stored = await check_stored(formation.primary_url, record)
     log.warning(
         "failovers (write window s, settled s): %s; answers %s; runs %s; stream errors %s",
         windows,
         record.status_mix(),
-        runs,
+        stored.runs,
         dict(record.stream_errors),
     )
     _no_server_error(record)
+    assert not stored.problems(), stored.problems()
     for window, _ in windows:
         assert window <= WRITE_WINDOW_BOUND, (windows, record.status_mix())
 
@@ -129,46 +126,6 @@ def _no_server_error(record: Record) -> None:
     assert not record.transport_errors, record.transport_errors
     assert record.statuses[("probe", 202)] > 20  # the load ran all along
     assert len(record.streamed) >= 4 and len(record.reads) > 50
-
-
-async def _stored_once_and_ended(formation: pgaf.Formation, record: Record) -> dict[str, int]:
-    """Every run ended, every accepted message stored once, every streamed answer as
-    stored; the runs by status."""
-    db = Database(formation.primary_url)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            async with db.transaction() as s:
-                rows = await s.execute(select(Run.status, func.count()).group_by(Run.status))
-            statuses = {RunStatus(status).value: n for status, n in rows.all()}
-            if not {"queued", "running"} & set(statuses) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.5)
-        assert not {"queued", "running"} & set(statuses), statuses
-        async with db.transaction() as s:
-            users = Counter(
-                (
-                    await s.scalars(select(Message.content).where(Message.role == MessageRole.USER))
-                ).all()
-            )
-            answers = dict(
-                (
-                    await s.execute(
-                        select(Run.id, Message.content).join(
-                            Message, Message.id == Run.assistant_message_id
-                        )
-                    )
-                ).all()
-            )
-        twice = {content: n for content, n in users.items() if n > 1}
-        assert not twice, twice
-        missing = [content for content in record.accepted if users[content] != 1]
-        assert not missing, missing[:5]
-        differ = {r: (t, answers.get(r)) for r, t in record.streamed.items() if answers.get(r) != t}
-        assert not differ, list(differ.items())[:3]
-    finally:
-        await db.dispose()
-    return statuses
 
 
 async def _reads_reach_the_standby(formation: pgaf.Formation) -> None:
