@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from parley import logs
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
+from parley.safety.admin import add_runs_parser
 from parley.store.database import Database
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.set_defaults(handler=_migrate)
 
     _user_parser(sub)
+    add_runs_parser(sub, _settings_args)  # parley runs refused
     return parser
 
 
@@ -214,6 +216,7 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     from parley.engines.fake import FAKE_MODEL
     from parley.engines.interface import Engine
     from parley.engines.server import EngineServer
+    from parley.safety.rules import RuleSet
 
     engine: Engine
 
@@ -226,6 +229,7 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     else:
         return _fail("parley engine serve runs the builtin or the fake engine")
     server = EngineServer(engine, name, default_max_tokens=settings.default_max_tokens)
+    server.categorize = RuleSet("rules", settings.safety.rules()).categories_of  # /v1/moderations
     config = uvicorn.Config(
         server.app(),
         host=settings.host,

@@ -3,7 +3,10 @@
 The workhorse of tests and load benchmarks. Output depends only on the request's
 messages (and max_tokens), so a test can predict it: pseudo-random words seeded by the
 messages, or, when the newest message starts with ``/echo ``, the rest of that message
-word by word (how browser tests make the "model" say markdown or markup). A slot is held
+word by word (how browser tests make the "model" say markdown or markup), or a scripted
+answer: the first of ``answers`` whose pattern the newest message matches, else ``answer``
+when set (how ``parley engine serve --engine fake`` plays a guard model answering
+``unsafe\nS1``). A slot is held
 from the start of a stream until it ends, is aborted, or its iterator is closed. Like every
 engine, an aborted stream ends with a delta whose finish reason is ``abort``.
 """
@@ -42,11 +45,15 @@ class FakeEngineConfig:
     output_tokens: int = 32
     slots: int = 8
     context_window: int = 8_192  # a prompt that fills it is refused, as a real engine does
+    answers: tuple[tuple[str, str], ...] = ()  # (pattern searched in the newest message, answer)
+    answer: str | None = None  # the answer when no pattern of ``answers`` matches
 
 
-def fake_text(messages: list[ChatMessage], n_tokens: int) -> list[str]:
+def fake_text(
+    messages: list[ChatMessage], n_tokens: int, config: FakeEngineConfig | None = None
+) -> list[str]:
     """The tokens the fake engine answers with, at most ``n_tokens`` of them."""
-    echo = _echo(messages)
+    echo = _scripted(messages, config) or _echo(messages)
     if echo is not None:
         return echo[:n_tokens]
     seed = hashlib.sha256("\x1e".join(m.content for m in messages).encode()).digest()
@@ -61,8 +68,17 @@ def _echo(messages: list[ChatMessage]) -> list[str] | None:
     return re.findall(r"\s*\S+", messages[-1].content[len(ECHO_PREFIX) :])
 
 
+def _scripted(messages: list[ChatMessage], config: FakeEngineConfig | None) -> list[str] | None:
+    """The scripted answer for these messages, as tokens (one a word, whitespace before it)."""
+    if config is None or not messages or not (config.answers or config.answer is not None):
+        return None
+    newest = messages[-1].content
+    said = next((a for p, a in config.answers if re.search(p, newest)), config.answer)
+    return None if said is None else re.findall(r"\s*\S+", said)
+
+
 def _answer_length(messages: list[ChatMessage], config: FakeEngineConfig) -> int:
-    echo = _echo(messages)
+    echo = _scripted(messages, config) or _echo(messages)
     return config.output_tokens if echo is None else len(echo)
 
 
@@ -93,7 +109,7 @@ class FakeEngine:
         self.started += 1
         try:
             full = _answer_length(request.messages, self.config)
-            tokens = fake_text(request.messages, min(full, request.max_tokens))
+            tokens = fake_text(request.messages, min(full, request.max_tokens), self.config)
             prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 yield Delta("", 0, FinishReason.ABORT, prompt)

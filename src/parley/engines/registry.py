@@ -68,6 +68,8 @@ def fake_engine(settings: Settings) -> FakeEngine:
             output_tokens=f.output_tokens,
             slots=f.slots,
             context_window=f.context_window,
+            answers=tuple(f.answers.items()),
+            answer=f.answer,
         )
     )
 

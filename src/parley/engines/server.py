@@ -8,7 +8,10 @@ way a vLLM or llama.cpp server is, and so that other tools can use parley's engi
 * ``GET /v1/models``: the one model served;
 * ``GET /health``: ``{"status": "ok", "in_flight", "served", "prefix_cache": {...}}`` —
   requests generating now, requests taken since start, and the prefix cache's lookups and
-  hits (in prompt tokens; zeros on an engine without one).
+  hits (in prompt tokens; zeros on an engine without one);
+* ``POST /v1/moderations``: OpenAI's moderation format, answered by a categorizer handed in
+  (``parley engine serve`` hands in the rule set, ``safety/rules.py``): a moderation
+  endpoint for parley's own ``endpoint`` classifier, or anyone's.
 
 A client that goes away (or closes its stream) aborts its request: the engine frees the slot.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +54,9 @@ from parley.openai.protocol import (
     ErrorResponse,
     ModelCard,
     ModelCardList,
+    ModerationRequest,
+    ModerationResponse,
+    ModerationResult,
     PromptTokensDetails,
     sse_data,
 )
@@ -94,13 +100,25 @@ class _Answer:
         )
 
 
+Categorize = Callable[[str], list[str]]
+"""The content policy categories a text falls in (none: allowed)."""
+
+
 class EngineServer:
     """The HTTP face of one engine serving one model."""
 
-    def __init__(self, engine: Engine, model: str, *, default_max_tokens: int = 512) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model: str,
+        *,
+        default_max_tokens: int = 512,
+        categorize: Categorize | None = None,
+    ) -> None:
         self.engine = engine
         self.model = model
         self.default_max_tokens = default_max_tokens
+        self.categorize = categorize
         self.counters = _Counters()
         self._ids = itertools.count()
 
@@ -117,6 +135,7 @@ class EngineServer:
             routes=[
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/moderations", self.moderations, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/health", self.health, methods=["GET"]),
             ],
@@ -125,6 +144,28 @@ class EngineServer:
 
     async def models(self, _: Request) -> Response:
         return _json(ModelCardList(data=[ModelCard(id=self.model)]).model_dump())
+
+    async def moderations(self, request: Request) -> Response:
+        if self.categorize is None:
+            return _error(404, "this server has no moderation", "invalid_request_error")
+        try:
+            body = ModerationRequest.model_validate_json(await request.body())
+        except ValidationError as e:
+            return _error(400, _invalid(e), "invalid_request_error")
+        results = []
+        for text in body.texts:
+            found = self.categorize(text)
+            results.append(
+                ModerationResult(
+                    flagged=bool(found),
+                    categories=dict.fromkeys(found, True),
+                    category_scores=dict.fromkeys(found, 1.0),
+                )
+            )
+        answer = ModerationResponse(
+            id=f"modr-{uuid.uuid4().hex[:24]}", model=body.model or "parley-rules", results=results
+        )
+        return _json(answer.model_dump())
 
     async def health(self, _: Request) -> Response:
         return _json({"status": "ok", "model": self.model, **self.stats()})

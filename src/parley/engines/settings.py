@@ -5,11 +5,12 @@ and an OpenAI-compatible fleet's replicas, timeouts and routing. Part of ``parle
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 
 class EngineKind(StrEnum):
@@ -46,6 +47,24 @@ class FakeEngineSettings(BaseModel):
     output_tokens: int = Field(default=32, ge=0)
     slots: int = Field(default=8, gt=0)
     context_window: int = Field(default=8_192, gt=0, description="Tokens it reads (fake).")
+    answers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Scripted answers: a regular expression searched in the newest message, "
+        "and the answer when it matches (the first that does).",
+    )
+    answer: str | None = Field(
+        default=None, description="The answer when none of `answers` matches; default: words."
+    )
+
+    @field_validator("answers")
+    @classmethod
+    def _patterns_compile(cls, answers: dict[str, str]) -> dict[str, str]:
+        for pattern in answers:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"answers: {pattern!r} does not compile: {e}") from e
+        return answers
 
 
 class ReplicaSettings(BaseModel):
