@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from parley.bus.interface import EventKind, StreamEntry
+from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest, ParleyError, Unavailable
 from parley.openai.protocol import (
@@ -32,6 +33,8 @@ from parley.runs.requests import ProgramRequest
 # finish reasons of runs that did not complete (OpenAI has none for a stopped request;
 # vLLM's "abort" is the one OpenAI-compatible servers use)
 ABORTED = "abort"
+CONTENT_FILTER = "content_filter"  # an answer the content policy stopped (its text so far)
+MODERATED = frozenset({CONTENT_BLOCKED, MODERATION_UNAVAILABLE})
 
 
 def program_request(body: ChatCompletionRequest) -> ProgramRequest:
@@ -95,6 +98,8 @@ class Answer:
                 if data.get("replace"):
                     self.text.clear()
                 self.text.append(data.get("text", ""))
+            case EventKind.ERROR if data.get("code") in MODERATED:
+                pass  # an answer moderation stopped ends as OpenAI's do: "content_filter"
             case EventKind.ERROR:
                 self.error = run_error(data.get("code", "engine_error"), data.get("message", ""))
             case EventKind.DONE:
@@ -106,7 +111,7 @@ class Answer:
 
 def finish_reason(done: dict[str, object]) -> str:
     reason = done.get("finish_reason")
-    if done.get("status") == "completed" and isinstance(reason, str):
+    if isinstance(reason, str) and (done.get("status") == "completed" or reason == CONTENT_FILTER):
         return reason
     return ABORTED
 

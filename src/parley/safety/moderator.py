@@ -49,10 +49,19 @@ class Ruling:
 
     def message(self, stage: Stage) -> str:
         """What the user is told: which check refused, and why."""
-        what = "your message was refused" if stage is Stage.INPUT else "the answer was stopped"
+        if stage is Stage.INPUT:
+            if self.unavailable:
+                return (
+                    f"the message could not be checked ({self.classifier}: {self.reason}); "
+                    "try again shortly"
+                )
+            return f"the message breaks the content policy ({self.category}): {self.reason}"
         if self.unavailable:
-            return f"{what}: it could not be checked ({self.classifier}: {self.reason})"
-        return f"{what}: it breaks the content policy ({self.category}): {self.reason}"
+            why = f"{self.classifier}: {self.reason}"
+            return f"the answer was stopped: it could not be checked ({why})"
+        return (
+            f"the answer was stopped: it breaks the content policy ({self.category}): {self.reason}"
+        )
 
 
 PASSED = Ruling(blocked=False)

@@ -164,11 +164,24 @@ export class Conversation {
       await this.stream(answer, { first, start: post });
       return true;
     } catch (err) {
+      if (err.code === "content_blocked") return this.refused(err);
       this.failSend(err, text);
       return false;
     } finally {
       this.finish(controller);
     }
+  }
+
+  /** The content policy refused the message: it stays in the chat (the server stored it),
+   *  and its answer's place says why. */
+  refused(err) {
+    const view = this.active && this.active.view;
+    if (view) {
+      view.setStatus("rejected", err.message);
+      view.flush();
+    }
+    if (this.active && this.active.chatId) this.hooks.chatTouched(this.active.chatId);
+    return true;
   }
 
   async createChat(text) {

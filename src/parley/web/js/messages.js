@@ -10,7 +10,7 @@ const STATUS_NOTE = {
   waiting: "Not sent yet: waiting to retry…",
   cancelled: "Stopped",
   failed: "The answer failed",
-  rejected: "The request was refused",
+  rejected: "Refused",
   reconnecting: "Connection lost; reconnecting…",
 };
 
@@ -34,7 +34,7 @@ export class MessageView {
       h("div", { class: "bubble" }, this.content, this.note),
     );
     this.setIds(message);
-    this.setStatus(message.status || "completed");
+    this.setStatus(message.status || "completed", message.error ? message.error.message : null);
     if (message.downgraded_from) this.setDowngraded(message.model, message.downgraded_from);
     this.render();
   }
