@@ -153,6 +153,13 @@ def postgres_engine(
         connect_args={"timeout": connect_timeout, "server_settings": server_settings},
     )
     watch = ConnectionWatch(name)
+    _watch(engine, watch, writes=writes)
+    return engine, watch
+
+
+def _watch(engine: AsyncEngine, watch: ConnectionWatch, *, writes: bool) -> None:
+    """The pool's listeners: drop connections a failover broke, log losses and reconnects,
+    and (a replica pool) look for a standby again."""
     sync = engine.sync_engine
 
     @event.listens_for(sync, "handle_error")
@@ -170,7 +177,6 @@ def postgres_engine(
 
     if not writes:
         event.listen(sync, "checkout", _look_for_a_standby)
-    return engine, watch
 
 
 def _look_for_a_standby(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
