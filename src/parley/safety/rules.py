@@ -68,48 +68,57 @@ class _Compiled:
 
 
 class RuleSet:
-    """The rule set a ``RulesSettings`` describes (compiled at start-up)."""
+    """The rule set a ``RulesSettings`` describes (compiled at start-up). A whole text is
+    searched category by category (a category's patterns as one alternation, whose common
+    literal the engine skips ahead to: several times faster over a prompt than one search of
+    every category at once); an answer's pieces, by one search of all of them (over the few
+    characters each piece adds, one search beats many)."""
 
     inline = True  # checked on the event loop, piece by piece, with no window held back
 
     def __init__(self, name: str, settings: RulesSettings) -> None:
         self.name = name
         categories = settings.categories
-        reasons = {n: c.reason or f"it matches the {n} rules" for n, c in categories.items()}
-        reasons[PROMPT_INJECTION] = INJECTION_REASON
+        self._reasons = {n: c.reason or f"it matches the {n} rules" for n, c in categories.items()}
+        self._reasons[PROMPT_INJECTION] = INJECTION_REASON
         injection = (
             [(PROMPT_INJECTION, list(INJECTION_PATTERNS))] if settings.prompt_injection else []
         )
-        self._stages = {
-            Stage.INPUT: _Compiled(_of_stage(categories, Stage.INPUT) + injection, reasons),
-            Stage.OUTPUT: _Compiled(_of_stage(categories, Stage.OUTPUT), reasons),
+        staged = {
+            Stage.INPUT: _of_stage(categories, Stage.INPUT) + injection,
+            Stage.OUTPUT: _of_stage(categories, Stage.OUTPUT),
         }
-        every = [(n, c.patterns) for n, c in categories.items()] + injection
-        self._each = [(n, _alternation([(n, patterns)])) for n, patterns in every]
+        self._whole = {stage: _each(groups) for stage, groups in staged.items()}
+        self._scanned = _Compiled(staged[Stage.OUTPUT], self._reasons)
+        self._any = _each([(n, c.patterns) for n, c in categories.items()] + injection)
 
     async def check(self, sample: Sample) -> Verdict:
         return self.check_now(sample)
 
     def check_now(self, sample: Sample) -> Verdict:
-        compiled = self._stages[sample.stage]
-        if compiled.pattern is None:
-            return ALLOWED
         text = normalize(sample.text) if sample.stage is Stage.INPUT else sample.text
-        match = compiled.pattern.search(text)
-        return ALLOWED if match is None else compiled.verdict(match)
+        for category, pattern in self._whole[sample.stage]:
+            if pattern.search(text):
+                return Verdict(True, category, self._reasons[category])
+        return ALLOWED
 
     def categories_of(self, text: str) -> list[str]:
         """Every category (of any stage) ``text`` matches: the ``/v1/moderations`` answer."""
         text = normalize(text)
-        return [name for name, pattern in self._each if pattern and pattern.search(text)]
+        return [category for category, pattern in self._any if pattern.search(text)]
 
     def scan(self) -> OutputScan | None:
         """A scan of one answer as it streams (None: no category applies to answers)."""
-        compiled = self._stages[Stage.OUTPUT]
-        return None if compiled.pattern is None else OutputScan(compiled)
+        return None if self._scanned.pattern is None else OutputScan(self._scanned)
 
     async def close(self) -> None:
         """Nothing to let go of."""
+
+
+def _each(groups: list[tuple[str, list[str]]]) -> list[tuple[str, regex.Pattern[str]]]:
+    """Each category's patterns as one search of its own."""
+    found = [(name, _alternation([(name, patterns)])) for name, patterns in groups]
+    return [(name, pattern) for name, pattern in found if pattern is not None]
 
 
 def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[str, list[str]]]:
@@ -118,6 +127,8 @@ def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[s
 
 def normalize(text: str) -> str:
     """NFKC, without format characters (zero-width spaces and joiners, bidi controls)."""
+    if text.isascii():  # (NFKC leaves ASCII as it is, and it has no format characters)
+        return text
     folded = unicodedata.normalize("NFKC", text)
     return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
 
@@ -141,11 +152,16 @@ class OutputScan:
         that reaches the end, whose ``\\b`` the next piece may undo) is decided now."""
         self._tail += text
         start = self._hold - self._offset
-        match = self._pattern.search(self._tail, start)
-        if match is not None and (final or match.end() < len(self._tail)):
-            return self._compiled.verdict(match)
-        first = None if final else self._pattern.search(self._tail, start, partial=True)
-        self._hold = self._offset + (len(self._tail) if first is None else first.start())
+        end = len(self._tail)
+        # one search in the usual case: the leftmost match, complete or (not final) partial
+        first = self._pattern.search(self._tail, start, partial=not final)
+        if first is not None and first.partial:  # a complete match may lie past it
+            done = self._pattern.search(self._tail, start)
+            if done is not None and done.end() < end:
+                return self._compiled.verdict(done)
+        elif first is not None and (final or first.end() < end):
+            return self._compiled.verdict(first)
+        self._hold = self._offset + (end if first is None else first.start())
         keep = self._hold - self._offset - _CONTEXT_CHARS
         if keep > 0:
             self._tail = self._tail[keep:]
