@@ -40,7 +40,7 @@ from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
-from parley.runs.moderated import moderated
+from parley.runs.moderated import OutputRefused, moderated
 from parley.runs.progress import Progress
 from parley.safety.moderator import Moderator
 from parley.store import run_records
@@ -234,7 +234,8 @@ class Worker:
             raise
         except Exception as e:
             progress.error = e
-            log.warning("the engine failed on run %s: %r", run.id, e)
+            said = "moderation stopped" if isinstance(e, OutputRefused) else "the engine failed on"
+            log.warning("%s run %s: %r", said, run.id, e)
         finally:
             self._active.pop(run.id, None)
             progress.over = True
