@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.engines.fake import FakeEngine
@@ -96,3 +96,34 @@ async def test_a_run_whose_end_cannot_be_stored_yet_keeps_its_lease(
         events = await collect(r)
     assert [e.data["status"] for e in events if e.event == "status"] == ["queued", "running"]
     assert events[-1].event == "done" and not [e for e in events if e.event == "error"]
+
+
+@pytest.mark.parametrize("stack", ["postgres-redis"], indirect=True)
+@pytest.mark.parametrize("run_overrides", [{"lease_seconds": 1}])
+async def test_a_final_write_that_fails_for_its_own_sake_is_not_retried_for_ever(
+    run_client: httpx.AsyncClient,
+    auth: dict[str, str],
+    run_services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's final write fails with an error of the write itself (a constraint, not
+    an outage): retrying cannot help, so the worker stops holding the run, whose lease then
+    lapses and the sweeper ends it ``failed`` with the text that was streamed."""
+    finisher = run_services.finisher
+    finish = finisher.finish
+    refused: list[str] = []
+
+    async def broken(run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        if guard.worker_id is not None:
+            refused.append(run_id)
+            raise IntegrityError("UPDATE runs", None, ValueError("a broken constraint"))
+        return await finish(run_id, outcome, guard)
+
+    monkeypatch.setattr(finisher, "finish", broken)
+    sent = await send_json(run_client, auth, await new_chat(run_client, auth))
+    run = await wait_run(run_client, auth, sent["run_id"], timeout=20)
+    assert run["status"] == "failed" and run["error"]["code"] == "worker_lost", run
+    assert refused == [sent["run_id"]]  # tried once, not again and again
+    message = (await run_client.get(f"/api/chats/{run['chat_id']}/messages", headers=auth)).json()
+    answer = next(m for m in message["data"] if m["role"] == "assistant")
+    assert answer["content"] and len(answer["content"].split()) == 24  # streamed, then kept

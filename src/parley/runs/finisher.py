@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.bus.interface import Bus
 from parley.domain import RunStatus
-from parley.outages import OUTAGE_EXCEPTIONS
+from parley.outages import OUTAGE_EXCEPTIONS, outage
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event
@@ -85,7 +85,8 @@ class Finisher:
 
     async def finish_retrying(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
         """``finish``, retried while the database (or the bus, for the budget's reservation
-        read in the same step) cannot be reached: a worker that generated an answer through
+        read in the same step) cannot be reached (an outage, as ``outages.outage`` judges;
+        any other error is raised at once): a worker that generated an answer through
         a database outage stores it once the database is back, with backoff up to
         ``RETRY_CAP_SECONDS`` between attempts, for as long as the worker lives."""
         delay = RETRY_FIRST_SECONDS
@@ -93,6 +94,8 @@ class Finisher:
             try:
                 return await self.finish(run_id, outcome, guard)
             except OUTAGE_EXCEPTIONS as e:
+                if outage(e) is None:  # a fault of the write itself: retrying cannot help
+                    raise
                 log.warning(
                     "run %s: storing its end failed (%r); retrying in %.1f s", run_id, e, delay
                 )
