@@ -131,6 +131,15 @@ async def test_an_answer_is_stopped_within_one_window_of_the_flagged_one(
     engine = run_services.engine
     assert isinstance(engine, FakeEngine)
     await eventually(lambda: _idle(engine), "the engine's slot to be free")
+    # a client resuming after the first window (or replaying all) sees no more than that
+    run_id, first = evs[-1].data["run_id"], next(e.id for e in evs if e.event == "delta")
+    for last in (first, None):
+        headers = {**auth, **({"Last-Event-ID": last} if last else {})}
+        async with run_client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as r:
+            again = await collect(r)
+        shown = text_of(again)
+        assert "forbidden" not in shown and "w12" not in shown
+        assert again[-1].data["status"] == "rejected"
 
 
 async def _idle(engine: FakeEngine) -> bool:
