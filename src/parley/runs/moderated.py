@@ -125,30 +125,46 @@ class Moderated:
         try:
             while not windows.over:
                 windows.start_check()
-                waits: set[asyncio.Future[Any]] = set()
-                if windows.reading:
-                    waits.add(reader.next())
-                if windows.checking is not None:
-                    waits.add(windows.checking)
-                if not waits:
-                    break
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                if windows.checking is not None and windows.checking in done:
+                if windows.checking is None and windows.reading:
+                    read: Delta | None = await reader.read()  # no check out: just read on
+                elif (read := await self._either(reader, windows)) is _CHECKED:
                     approved = windows.judged()
                     if isinstance(approved, Ruling):
                         raise await self._refuse(approved)
                     yield approved
-                if reader.pending is not None and reader.pending in done:
-                    delta = reader.take()
-                    if delta is not None and not counted:
-                        self.generated += delta.tokens
-                    for out in windows.take(delta):
+                    continue
+                if read is not _NOTHING:
+                    if read is not None and not counted:
+                        self.generated += read.tokens
+                    for out in windows.take(read):
                         yield out
             if windows.finish is not None:
                 yield windows.finish
         finally:
             await windows.cancel()
             await reader.close()
+
+    @staticmethod
+    async def _either(reader: _Reader, windows: _Windows) -> Any:
+        """Wait for the check out, and for the engine's next delta unless a window is
+        already waiting for that check: ``_CHECKED`` when the check is in (it is seen
+        first), else what the engine gave (``_NOTHING``: neither, the answer is over)."""
+        waits: set[asyncio.Future[Any]] = set()
+        if windows.reading:
+            waits.add(reader.next())
+        if windows.checking is not None:
+            waits.add(windows.checking)
+        if not waits:
+            windows.over = True
+            return _NOTHING
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if windows.checking is not None and windows.checking in done:
+            return _CHECKED
+        return reader.take()
+
+
+_CHECKED = object()  # a window's check is in
+_NOTHING = object()  # nothing to wait for
 
 
 class _Windows:
@@ -245,6 +261,13 @@ class _Reader:
         assert self.pending is not None
         task, self.pending = self.pending, None
         return task.result()
+
+    async def read(self) -> Delta | None:
+        """The next delta, awaited here (no task): the one already asked for, if any."""
+        if self.pending is None:
+            return await self._step()
+        task, self.pending = self.pending, None
+        return await task
 
     async def close(self) -> None:
         if self.pending is not None:
