@@ -17,6 +17,7 @@ from parley.services import Services
 from parley.store import users
 from tests.helpers import assert_error, user_headers
 from tests.runs.helpers import JSON, new_chat, send_json, wait_run
+from tests.sse import collect
 from tests.waiting import eventually
 
 ROOMY = {"tokens_per_minute": 1_000_000, "burst_tokens": 1_000_000, "max_output_tokens": 100}
@@ -81,16 +82,25 @@ async def test_a_user_runs_exactly_as_many_at_once_as_the_tier_allows(
             error = assert_error(r, 429, "too_many_runs")
             assert "3 runs queued or running" in error["message"]
             assert error["backoff"]["strategy"] == "linear"  # the tier's default back-off
-    for r in made:
-        assert (await wait_run(run_client, auth, r.json()["run_id"]))["status"] == "completed"
+    for r in made:  # to its `done`, which comes after its slot is given back (not before,
+        # as its stored status does)
+        assert (await ended(run_client, auth, r.json()["run_id"]))["status"] == "completed"
     again = [await post(run_client, auth, c) for c in chats[:3]]
     assert [r.status_code for r in again] == [202] * 3  # the slots came back
     assert_error(await post(run_client, auth, chats[3]), 429, "too_many_runs")
     first = again[0].json()
     r = await run_client.post(f"/api/runs/{first['run_id']}/cancel", headers=auth)
     assert r.status_code == 200, r.text
-    assert (await wait_run(run_client, auth, first["run_id"]))["status"] == "cancelled"
+    assert (await ended(run_client, auth, first["run_id"]))["status"] == "cancelled"
     assert (await post(run_client, auth, chats[4])).status_code == 202
+
+
+async def ended(client: httpx.AsyncClient, auth: dict[str, str], run_id: str) -> dict[str, Any]:
+    """The run's ``done`` event's data, read from its stream as a client would."""
+    async with client.stream("GET", f"/api/runs/{run_id}/events", headers=auth) as r:
+        events = await collect(r)
+    assert events[-1].event == "done", events
+    return events[-1].data
 
 
 @pytest.mark.parametrize("run_overrides", [settings()])
