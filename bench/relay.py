@@ -11,12 +11,12 @@ cost. ``serve`` is the embedded default (SQLite, in-process bus, one process);
 Part 2: one `parley serve` process (``--load-stacks serve``), or one `parley api` and
 one `parley worker` on Postgres (database ``parley_bench``, made if missing) and Redis
 (``split``), the fake engine at one token per 50 ms; open N concurrent streams (each a new
-message in a chat of its own, started at 100 a second) and measure the gaps between tokens
-as the client sees them. Prints the inter-token p50/p99 at each N and the largest N whose
-p99 stays within 100 ms. ``--compare-batching``: each level twice, the worker's appends to
-Redis one round trip each (``stream_append_batching`` false), then batched (true), side by
-side. The load comes from this process over raw sockets (a light client, so the client is
-not the bottleneck measured).
+message in a chat of its own, started at ``--arrivals`` a second, default 100) and measure
+the gaps between tokens as the client sees them. Prints the inter-token p50/p99 at each N
+and the largest N whose p99 stays within 100 ms. ``--compare-batching``: each level twice,
+the worker's appends to Redis one round trip each (``stream_append_batching`` false), then
+batched (true), side by side. The load comes from this process over raw sockets (a light
+client, so the client is not the bottleneck measured).
 """
 
 from __future__ import annotations
@@ -221,9 +221,14 @@ async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], 
     return gaps, len(spans)
 
 
-async def part2(kind: str, levels: list[int], tokens: int, tmp: Path, *, compare: bool) -> None:
+async def part2(
+    kind: str, levels: list[int], tokens: int, tmp: Path, *, compare: bool, arrivals: float
+) -> None:
     title = "one `parley serve` process" if kind == "serve" else "one `parley api` + a worker"
-    print(f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} + N/2 tokens each\n")
+    print(
+        f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} + N/2 tokens each,"
+        f" {arrivals:g} new a second\n"
+    )
     modes = [("off", "false"), ("on", "true")] if compare else [("on", "true")]
     print("| streams | append batching | completed | inter-token p50 ms | p99 ms | max ms |")
     print("|---------|-----------------|-----------|--------------------|--------|--------|")
@@ -238,10 +243,10 @@ async def part2(kind: str, levels: list[int], tokens: int, tmp: Path, *, compare
             env = {**engine_env(0, 50, length, 100_000), "PARLEY_STREAM_APPEND_BATCHING": flag}
             stack = start_stack(kind, env, tmp)
             try:
-                # new conversations at 100 a second: over three times the rate that keeps N
-                # streams of this length going (Little: N / duration); all flow at once for most
-                # of their length
-                gaps, completed = await load_step(stack.base, streams, ramp=streams / 100)
+                # new conversations at ``arrivals`` a second (100: over three times the rate
+                # that keeps N streams of the default length going, N / duration by Little's
+                # law); all flow at once for most of their length
+                gaps, completed = await load_step(stack.base, streams, ramp=streams / arrivals)
             finally:
                 stack.stop()
             if not gaps:
@@ -272,6 +277,12 @@ def main() -> None:
     parser.add_argument("--stacks", default="serve,split")
     parser.add_argument("--levels", default="50,100,200,400,800,1200,1600")
     parser.add_argument("--load-tokens", type=int, default=160)
+    parser.add_argument(
+        "--arrivals",
+        type=float,
+        default=100,
+        help="part 2: new conversations a second while the streams ramp up",
+    )
     parser.add_argument("--load-stacks", default="serve,split")
     parser.add_argument("--skip", choices=["part1", "part2"])
     parser.add_argument(
@@ -287,7 +298,9 @@ def main() -> None:
             levels = [int(x) for x in args.levels.split(",")]
             for kind in args.load_stacks.split(","):
                 compare = args.compare_batching
-                asyncio.run(part2(kind, levels, args.load_tokens, Path(tmp), compare=compare))
+                tokens, arrivals = args.load_tokens, args.arrivals
+                run = part2(kind, levels, tokens, Path(tmp), compare=compare, arrivals=arrivals)
+                asyncio.run(run)
 
 
 if __name__ == "__main__":
