@@ -10,6 +10,8 @@ exception is not an outage (None): a bug, answered 500.
 
 from __future__ import annotations
 
+import logging
+
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -58,3 +60,14 @@ def _down(what: str, exc: BaseException) -> DependencyUnavailable:
         f"retry in a few seconds",
         retry_after=RETRY_AFTER_SECONDS,
     )
+
+
+def log_failure(logger: logging.Logger, exc: BaseException, what: str, *args: object) -> None:
+    """A failed background step, logged once: a dependency's outage as one warning line
+    naming it (it is expected while the outage lasts, and the step is retried), anything
+    else with its traceback."""
+    down = outage(exc)
+    if down is None:
+        logger.error(what, *args, exc_info=exc)
+    else:
+        logger.warning(f"{what}: %s", *args, down.message.split(";")[0])

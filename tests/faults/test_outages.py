@@ -60,7 +60,10 @@ async def test_a_redis_outage_keeps_reads_refuses_sends_and_heals(
 
 
 async def test_a_postgres_outage_refuses_with_503_and_heals(
-    client: httpx.AsyncClient, postgres_proxy: FaultProxy, postgres_url: str
+    client: httpx.AsyncClient,
+    postgres_proxy: FaultProxy,
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     auth = await user_headers(client, "ada@example.com")
     chat_id = await new_chat(client, auth)
@@ -76,11 +79,17 @@ async def test_a_postgres_outage_refuses_with_503_and_heals(
     ready = await client.get("/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["store"] != "ok"
     assert (await client.get("/healthz")).status_code == 200
+    await asyncio.sleep(1.0)  # a few sweeps (every 0.3 s) and a lease renewal meet the outage
 
     postgres_proxy.restore()
     await recovered(client, auth, chat_id)
     history = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
     assert len(history.json()["data"]) == 4  # two turns, each stored once
+    # the background steps that failed meanwhile said so in one line each, naming the
+    # database, without a traceback (an outage is expected, and retried)
+    sweeps = [r for r in caplog.records if r.getMessage().startswith("sweep failed")]
+    assert sweeps and all(r.levelname == "WARNING" and not r.exc_info for r in sweeps)
+    assert all("the database" in r.getMessage() for r in sweeps), sweeps[0].getMessage()
     await no_run_left_open(postgres_url)
 
 

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
 from parley.domain import QUEUE_WAIT_EXCEEDED, RunStatus, utcnow
+from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.runs.events import status_event
 from parley.runs.finisher import Finisher, Guard
@@ -61,9 +62,9 @@ class Sweeper:
                 await self.sweep_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
                 self._reachable_since = math.inf  # until the next sweep that succeeds
-                log.exception("sweep failed; trying again")
+                log_failure(log, e, "sweep failed; trying again")
             await asyncio.sleep(self._settings.sweep_interval_seconds)
 
     async def sweep_once(self) -> None:

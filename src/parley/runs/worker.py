@@ -36,6 +36,7 @@ from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import slot_offers
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
+from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
@@ -113,9 +114,9 @@ class Worker:
                     timeout=RESERVE_POLL_SECONDS if reserved else 1.0,
                     min_priority=self._settings.top_priority if reserved else BACKGROUND_PRIORITY,
                 )
-            except Exception:
+            except Exception as e:
                 self._slots.release()
-                log.exception("dequeue failed; retrying")
+                log_failure(log, e, "dequeue failed; retrying")
                 await asyncio.sleep(1.0)
                 continue
             if item is None or not await self._fits(item):
@@ -352,14 +353,14 @@ class Worker:
                 await self._bus.offer_slots(
                     offer.model, offer.source, offer.slots, ttl=self._settings.lease_seconds
                 )
-        except Exception:
-            log.exception("offering the engine's slots failed; retrying")
+        except Exception as e:
+            log_failure(log, e, "offering the engine's slots failed; retrying")
 
     async def _refresh_slot(self, run: Run) -> None:
         try:
             await self._admission.running(run)
-        except Exception:
-            log.exception("refreshing the run slot of run %s failed", run.id)
+        except Exception as e:
+            log_failure(log, e, "refreshing the run slot of run %s failed", run.id)
 
     async def renew_leases(self) -> None:
         """One renewal of every lease this worker holds; a run whose lease was not renewed
@@ -370,8 +371,8 @@ class Worker:
         try:
             async with self._db.transaction() as s:
                 held = await run_records.renew_leases(s, worker_id=self.worker_id, lease=self.lease)
-        except Exception:
-            log.exception("lease renewal failed; retrying")
+        except Exception as e:
+            log_failure(log, e, "lease renewal failed; retrying")
             return
         for run_id, progress in before.items():
             if run_id not in held and self._active.get(run_id) is progress:
