@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         "history); several hosts the libpq way; target_session_attrs prefer-standby.",
     )
     database_connect_timeout_seconds: float = Field(default=5, gt=0, le=120)
+    database_pool_size: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Postgres connections a process keeps open per pool (primary, replica), "
+        "and as many more under a burst; a request that finds them all busy waits, then 503.",
+    )
     read_your_writes_seconds: float = Field(
         default=5, ge=0, description="A user's reads stay on the primary this long after a write."
     )

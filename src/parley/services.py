@@ -129,6 +129,7 @@ def database(settings: Settings) -> Database:
         echo=settings.database_echo,
         replica_url=settings.database_replica_url,
         connect_timeout=settings.database_connect_timeout_seconds,
+        pool_size=settings.database_pool_size,
     )
 
 

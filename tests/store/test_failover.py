@@ -9,12 +9,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import QueuePool
 
+from parley import services
+from parley.config import load_settings
+from parley.errors import ConfigurationError
 from parley.outages import outage
 from parley.store import failover
 from parley.store.database import Database, ReplicaWrite
@@ -180,3 +185,28 @@ async def test_a_replica_connection_to_a_primary_is_replaced_once_old_enough(
         await eventually(replaced, "the old connection to a primary replaced", timeout=5)
     finally:
         await db.dispose()
+
+
+async def test_the_pools_are_sized_by_the_setting(postgres_url: str, tmp_path: Path) -> None:
+    """``database_pool_size`` sizes every Postgres pool a process keeps (the primary's and
+    the replica's), and as many more connections under a burst; 0 is refused at start-up."""
+    settings = load_settings(
+        database_url=postgres_url,
+        database_replica_url=postgres_url,
+        database_pool_size=3,
+        data_dir=tmp_path,
+    )
+    db = services.database(settings)
+    try:
+        for engine in (db.engine, db.replica):
+            assert engine is not None
+            pool = engine.pool
+            assert isinstance(pool, QueuePool) and pool.size() == 3 and pool._max_overflow == 3
+            held = [await engine.connect() for _ in range(6)]  # the pool and the burst
+            assert pool.checkedout() == 6
+            for conn in held:
+                await conn.close()
+    finally:
+        await db.dispose()
+    with pytest.raises(ConfigurationError, match="database_pool_size"):
+        load_settings(database_url=postgres_url, database_pool_size=0, data_dir=tmp_path)
