@@ -120,10 +120,11 @@ class FakeEngine:
             loop = asyncio.get_running_loop()
             due = loop.time()
             for i, token in enumerate(tokens):
-                due += self.config.inter_token_latency if i else 0.0
-                if i and await _sleep_unless(aborted, due - loop.time()):
-                    yield Delta("", 0, FinishReason.ABORT)
-                    return
+                if i:
+                    due += self.config.inter_token_latency
+                    if await _sleep_unless(aborted, due - loop.time()):
+                        yield Delta("", 0, FinishReason.ABORT)
+                        return
                 last = i == len(tokens) - 1
                 finish = None
                 if last:
