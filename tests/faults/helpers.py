@@ -80,3 +80,21 @@ async def send_streamed(
             if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
                 at_third_delta()
     return seen
+
+
+async def resume(
+    client: httpx.AsyncClient, auth: dict[str, str], run_id: str, last_id: str
+) -> list[Event]:
+    """The run's stream resumed from ``last_id`` to its end, once the bus lets it (503s
+    while it is down are waited out)."""
+
+    async def resumed() -> list[Event] | None:
+        async with client.stream(
+            "GET", f"/api/runs/{run_id}/events", headers={**auth, "Last-Event-ID": last_id}
+        ) as r:
+            if r.status_code == 503:
+                return None
+            assert r.status_code == 200, await r.aread()
+            return [e async for e in events(r)]
+
+    return await eventually(resumed, "the stream resumed", timeout=RECOVERY_SECONDS)

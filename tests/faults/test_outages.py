@@ -18,13 +18,14 @@ from tests.faults.helpers import (
     RECOVERY_SECONDS,
     no_run_left_open,
     recovered,
+    resume,
     send,
     send_streamed,
 )
 from tests.faults.proxy import FaultProxy
 from tests.helpers import assert_error, user_headers
 from tests.runs.helpers import new_chat, send_json, wait_run
-from tests.sse import Event, events, text_of
+from tests.sse import events, text_of
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
@@ -118,16 +119,7 @@ async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
     assert run["error"]["code"] == "dependency_unavailable", run
     redis_proxy.restore()
 
-    async def resumed() -> list[Event] | None:
-        async with client.stream(
-            "GET", f"/api/runs/{run_id}/events", headers={**auth, "Last-Event-ID": last_id}
-        ) as r:
-            if r.status_code == 503:
-                return None
-            assert r.status_code == 200, await r.aread()
-            return [e async for e in events(r)]
-
-    rest = await eventually(resumed, "the stream resumed", timeout=RECOVERY_SECONDS)
+    rest = await resume(client, auth, run_id, last_id)
     assert [e.event for e in rest] == ["delta", "done"], rest
     assert rest[0].data["replace"] is True
     stored = (await client.get(f"/api/chats/{chat_id}/messages", headers=auth)).json()["data"]

@@ -16,12 +16,17 @@ import redis.asyncio as redis
 
 from parley.config import Settings
 from tests.builders import BACKENDS, REDIS_URL
-from tests.faults.helpers import RECOVERY_SECONDS, no_run_left_open, recovered, send_streamed
+from tests.faults.helpers import (
+    RECOVERY_SECONDS,
+    no_run_left_open,
+    recovered,
+    resume,
+    send_streamed,
+)
 from tests.faults.proxy import FaultProxy
 from tests.helpers import user_headers
 from tests.runs.helpers import new_chat, send_json, wait_run
-from tests.sse import Event, events, text_of
-from tests.waiting import eventually
+from tests.sse import events, text_of
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split stack's faults")
 
@@ -107,21 +112,6 @@ async def test_a_redis_restart_that_loses_every_key_loses_no_run_and_no_message(
     me = (await client.get("/api/me", headers=auth)).json()
     assert me["budget"] is not None  # a fresh bucket: spending before the restart forgiven
     await no_run_left_open(postgres_url)
-
-
-async def resume(
-    client: httpx.AsyncClient, auth: dict[str, str], run_id: str, last_id: str
-) -> list[Event]:
-    async def resumed() -> list[Event] | None:
-        async with client.stream(
-            "GET", f"/api/runs/{run_id}/events", headers={**auth, "Last-Event-ID": last_id}
-        ) as r:
-            if r.status_code == 503:
-                return None
-            assert r.status_code == 200, await r.aread()
-            return [e async for e in events(r)]
-
-    return await eventually(resumed, "the stream resumed", timeout=RECOVERY_SECONDS)
 
 
 async def answers(
