@@ -32,10 +32,11 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
+from engine import question  # the prompts of bench/engine.py
+from stacks import cpu
 from torch import nn
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
@@ -48,47 +49,11 @@ from parley.engines.builtin.engine import (
 from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.builtin.tokenizer import StreamDecoder
-from parley.engines.interface import ChatMessage
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-TOPICS = [
-    "the sea",
-    "mountains",
-    "a city at night",
-    "rain",
-    "coffee",
-    "old books",
-    "trains",
-    "gardens",
-    "winter",
-    "music",
-    "bees",
-    "the moon",
-    "bridges",
-    "markets",
-    "clocks",
-    "rivers",
-]
 
 PARTS = ("schedule", "layout", "forward", "sample", "deliver")
-
-
-def cpu() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
-        "?",
-    )
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
-    )
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
-    cores = info.count("processor\t:")
-    return f"{model}, {cores} logical cores; flags: {' '.join(f for f in wanted if f in flags)}"
 
 
 def median(values: list[float]) -> float:
@@ -103,9 +68,7 @@ def fill(engine: BuiltinEngine, batch: int, max_tokens: int) -> list[Sequence]:
     core.eos = set()  # no sequence ends early: the batch stays at `batch` for every step
     seqs = []
     for i in range(batch):
-        messages = [
-            ChatMessage("user", f"Write a short paragraph about {TOPICS[i % len(TOPICS)]}. ({i})")
-        ]
+        messages = question(i)
         seq = Sequence(
             f"p{batch}-{i}",
             engine.prompt_ids(messages),

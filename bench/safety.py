@@ -42,7 +42,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from stacks import BENCH_TIERS, Proc, free_port, loop_runner, pct, wait_ready
+from stacks import BENCH_TIERS, Proc, cpu, free_port, loop_runner, pct, wait_ready
 
 from parley.engines.fake import FakeEngineConfig, fake_text
 from parley.engines.interface import ChatMessage
@@ -220,23 +220,6 @@ def in_process(tokens: int) -> tuple[float, float]:
             scan.feed(piece)
     scan_piece = (time.perf_counter() - start) / (rounds * len(pieces))
     return check * 1e6, scan_piece * 1e6
-
-
-def cpu() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
-        "?",
-    )
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
-    )
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
-    cores = info.count("processor\t:")
-    return f"{model}, {cores} logical cores; flags: {' '.join(f for f in wanted if f in flags)}"
 
 
 Results = dict[str, dict[str, list[float]]]

@@ -200,3 +200,22 @@ async def ensure_database(url: str) -> None:
                 await conn.execute(text(f'CREATE DATABASE "{name}"'))
     finally:
         await engine.dispose()
+
+
+def cpu() -> str:
+    """The CPU's model, logical cores and the vector flags that matter to the engines (every
+    benchmark prints them: machines of one kind differ from day to day)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
+        "?",
+    )
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
+    )
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
+    cores = info.count("processor\t:")
+    return f"{model}, {cores} logical cores; flags: {' '.join(f for f in wanted if f in flags)}"
