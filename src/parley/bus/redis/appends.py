@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from parley.bus.redis.shared import _Arg
 
@@ -47,11 +46,9 @@ class AppendBatcher:
     def __init__(
         self, redis: aioredis.Redis, source: str, *, batching: bool = True, max_batch: int = 512
     ) -> None:
-        self._redis = redis
-        self._source = source
-        self._sha = _sha(source)
-        self._batch_source = _batch_script(source)
-        self._batch_sha = _sha(self._batch_source)
+        # redis-py's scripts: EVALSHA, and on NOSCRIPT the script loaded and sent again
+        self._one = redis.register_script(source)
+        self._many = redis.register_script(_batch_script(source))
         self._batching = batching
         self._max_batch = max_batch
         self._queued: list[_Call] = []
@@ -104,23 +101,14 @@ class AppendBatcher:
         if len(batch) == 1:
             call = batch[0]
             try:
-                return [await self._evalsha(self._sha, self._source, call.keys, call.args)]
+                return [await self._one(keys=call.keys, args=call.args)]
             except ResponseError as e:  # the call's own error, as the batch script gives it
                 return [e]
         keys = [key for call in batch for key in call.keys]
         args: list[_Arg] = [len(batch[0].keys), len(batch[0].args)]
         args.extend(arg for call in batch for arg in call.args)
-        replies = await self._evalsha(self._batch_sha, self._batch_source, keys, args)
+        replies = await self._many(keys=keys, args=args)
         return [_result(reply) for reply in cast(list[object], replies)]
-
-    async def _evalsha(
-        self, sha: str, source: str, keys: Sequence[str], args: Sequence[_Arg]
-    ) -> object:
-        try:
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._redis.script_load(source)
-            return await self._redis.evalsha(sha, len(keys), *keys, *args)
 
 
 def _value(result: object) -> object:
@@ -170,7 +158,3 @@ def _result(reply: object) -> object:
     if isinstance(text, str) and text.startswith(_ERROR):
         return ResponseError(text.removeprefix(_ERROR))
     return text
-
-
-def _sha(source: str) -> str:
-    return hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script id
