@@ -114,7 +114,7 @@ def test_unknown_sequences() -> None:
         with pytest.raises(UnknownSequence):
             call("nope")
     with pytest.raises(KeyError):  # UnknownSequence is a KeyError
-        mgr.append_slot("nope", 1)
+        mgr.append_slot("nope", [1])
     mgr.free("nope")  # idempotent
     assert "nope" not in mgr
 
@@ -296,10 +296,10 @@ def test_append_slot_fills_the_last_block_then_takes_a_new_one() -> None:
     mgr = BlockManager(4, BS)
     mgr.allocate("a", toks(0, 3))
     assert mgr.can_append("a")
-    slot = mgr.append_slot("a", 3)
+    slot = mgr.append_slot("a", toks(0, 4))
     assert slot == mgr.block_table("a")[0] * BS + 3
     assert len(mgr.block_table("a")) == 1
-    slot = mgr.append_slot("a", 4)
+    slot = mgr.append_slot("a", toks(0, 5))
     table = mgr.block_table("a")
     assert len(table) == 2
     assert slot == table[1] * BS
@@ -310,8 +310,8 @@ def test_append_slot_fills_the_last_block_then_takes_a_new_one() -> None:
 def test_decoded_blocks_become_shareable_once_computed() -> None:
     mgr = BlockManager(8, BS)
     computed(mgr, "a", toks(0, 3))
-    mgr.append_slot("a", 3)
-    mgr.append_slot("a", 4)
+    mgr.append_slot("a", toks(0, 4))
+    mgr.append_slot("a", toks(0, 5))
     assert mgr.num_cached_blocks == 0
     mgr.mark_computed("a", 5)
     assert mgr.num_cached_blocks == 1
@@ -325,7 +325,7 @@ def test_append_without_a_free_block_fails_and_changes_nothing() -> None:
     before = state(mgr, ["a"])
     assert not mgr.can_append("a")
     with pytest.raises(NoFreeBlocks):
-        mgr.append_slot("a", 4)
+        mgr.append_slot("a", toks(0, 5))
     assert state(mgr, ["a"]) == before
     mgr.check_invariants()
 
@@ -336,11 +336,44 @@ def test_append_can_evict_a_cached_block() -> None:
     mgr.free("a")
     computed(mgr, "b", toks(100, 4))  # takes the empty block
     assert mgr.can_append("b")
-    mgr.append_slot("b", 7)  # evicts a's block
+    mgr.append_slot("b", [*toks(100, 4), 7])  # evicts a's block
     assert mgr.num_cached_blocks == 1
     assert not mgr.can_allocate(toks(0, 5))
     mgr.free("b")
     assert mgr.allocate("a2", toks(0, 5)) == 0  # a's block is gone
+
+
+def test_appended_blocks_are_hashed_from_the_callers_tokens() -> None:
+    mgr = BlockManager(8, BS)
+    computed(mgr, "a", toks(0, 3))
+    mgr.append_slot("a", toks(0, 4))  # the block is full: hashed from these tokens
+    mgr.mark_computed("a", 4)
+    assert probe(mgr, [*toks(0, 4), 9]) == 4
+    assert probe(mgr, [*toks(0, 3), 9, 9]) == 0
+
+
+def test_append_slot_wants_the_sequences_tokens_and_the_new_one() -> None:
+    mgr = BlockManager(8, BS)
+    mgr.allocate("a", toks(0, 3))
+    before = state(mgr, ["a"])
+    for wrong in (toks(0, 3), toks(0, 5), []):
+        with pytest.raises(ValueError, match="append_slot"):
+            mgr.append_slot("a", wrong)
+    assert state(mgr, ["a"]) == before
+
+
+def test_slots_map_a_range_of_positions() -> None:
+    mgr = BlockManager(8, BS)
+    mgr.allocate("a", toks(0, 6))
+    mgr.append_slot("a", toks(0, 7))
+    table = mgr.block_table("a")
+    assert mgr.slots("a", 0, 7) == [table[p // BS] * BS + p % BS for p in range(7)]
+    assert mgr.slots("a", 7, 7) == []
+    for start, end in ((0, 8), (-1, 2), (3, 2)):
+        with pytest.raises(IndexError):
+            mgr.slots("a", start, end)
+    with pytest.raises(UnknownSequence):
+        mgr.slots("nope", 0, 1)
 
 
 def test_mark_computed_rejects_counts_out_of_range() -> None:
@@ -527,10 +560,10 @@ class Harness:
         if not expect_ok:
             before = state(self.mgr, self.live)
             with pytest.raises(NoFreeBlocks):
-                self.mgr.append_slot(seq_id, token_id)
+                self.mgr.append_slot(seq_id, [*self.model.tokens[seq_id], token_id])
             assert state(self.mgr, self.live) == before
             return
-        slot = self.mgr.append_slot(seq_id, token_id)
+        slot = self.mgr.append_slot(seq_id, [*self.model.tokens[seq_id], token_id])
         self.model.append(seq_id, token_id, self.mgr.block_table(seq_id))
         assert slot == self.mgr.slot_of(seq_id, self.mgr.num_tokens(seq_id) - 1)
 

@@ -3,7 +3,10 @@
 The model owns one big K/V tensor of ``num_blocks * block_size`` slots; this module only
 hands out block *ids* (in the style of vLLM v1's ``KVCacheManager``/``BlockPool`` and
 nano-vllm's ``BlockManager``). A sequence's *block table* maps its token positions to
-slots: position ``p`` lives in slot ``table[p // block_size] * block_size + p % block_size``.
+slots: position ``p`` lives in slot ``table[p // block_size] * block_size + p % block_size``
+(``slots()``, the one owner of that map). It keeps no copy of a sequence's tokens: the
+caller, which has the sequence, passes them to ``allocate`` and ``append_slot``, and only
+their count and the hashes of the full blocks stay here.
 
 Prefix caching
 --------------
@@ -77,7 +80,7 @@ def hash_block(parent: BlockHash, token_ids: Sequence[int]) -> BlockHash:
 @dataclass(slots=True)
 class _SeqState:
     block_ids: list[int]
-    token_ids: list[int]
+    num_tokens: int  # the tokens themselves stay with the caller's sequence
     block_hashes: list[BlockHash]  # one per full block, in order
     num_computed: int  # tokens whose K/V the scheduler reported computed
     num_registered: int  # leading full blocks already offered to the prefix cache
@@ -127,7 +130,7 @@ class BlockManager:
             self._take(block_id)
         block_ids = hits + [self._take_fresh() for _ in range(num_fresh)]
         num_cached = len(hits) * self.block_size
-        self._seqs[seq_id] = _SeqState(block_ids, list(token_ids), hashes, num_cached, len(hits))
+        self._seqs[seq_id] = _SeqState(block_ids, len(token_ids), hashes, num_cached, len(hits))
         self._queries += len(token_ids)
         self._hits += num_cached
         return num_cached
@@ -136,18 +139,27 @@ class BlockManager:
         """Whether ``append_slot`` would succeed now."""
         return not self._needs_new_block(self._seq(seq_id)) or self.num_free_blocks > 0
 
-    def append_slot(self, seq_id: str, token_id: int) -> int:
-        """Add one token to a sequence (a new block if the last is full); return its slot."""
+    def append_slot(self, seq_id: str, token_ids: Sequence[int]) -> int:
+        """Add one token to a sequence (a new block if the last is full); return its slot.
+
+        ``token_ids`` are all the sequence's tokens, the new one last (the caller owns them;
+        this manager keeps only their count and the hashes of the full blocks).
+        """
         seq = self._seq(seq_id)
+        if len(token_ids) != seq.num_tokens + 1:
+            raise ValueError(
+                f"sequence {seq_id!r} holds {seq.num_tokens} tokens; append_slot needs those "
+                f"and the new one, got {len(token_ids)}"
+            )
         if self._needs_new_block(seq):
             if self.num_free_blocks == 0:
                 raise NoFreeBlocks(f"no block for the next token of sequence {seq_id!r}")
             seq.block_ids.append(self._take_fresh())
-        seq.token_ids.append(token_id)
-        if len(seq.token_ids) % self.block_size == 0:
+        seq.num_tokens += 1
+        if seq.num_tokens % self.block_size == 0:
             parent = seq.block_hashes[-1] if seq.block_hashes else _ROOT
-            seq.block_hashes.append(hash_block(parent, seq.token_ids[-self.block_size :]))
-        return self.slot_of(seq_id, len(seq.token_ids) - 1)
+            seq.block_hashes.append(hash_block(parent, token_ids[-self.block_size :]))
+        return self.slot_of(seq_id, seq.num_tokens - 1)
 
     def mark_computed(self, seq_id: str, num_computed_tokens: int) -> None:
         """Record that the K/V of the sequence's first tokens are now in the cache.
@@ -156,10 +168,10 @@ class BlockManager:
         computed token count; the full blocks it covers become shareable.
         """
         seq = self._seq(seq_id)
-        if not seq.num_computed <= num_computed_tokens <= len(seq.token_ids):
+        if not seq.num_computed <= num_computed_tokens <= seq.num_tokens:
             raise ValueError(
                 f"computed tokens of {seq_id!r} must be in "
-                f"[{seq.num_computed}, {len(seq.token_ids)}], got {num_computed_tokens}"
+                f"[{seq.num_computed}, {seq.num_tokens}], got {num_computed_tokens}"
             )
         seq.num_computed = num_computed_tokens
         num_full = num_computed_tokens // self.block_size
@@ -182,22 +194,29 @@ class BlockManager:
         return list(self._seq(seq_id).block_ids)
 
     def num_tokens(self, seq_id: str) -> int:
-        return len(self._seq(seq_id).token_ids)
+        return self._seq(seq_id).num_tokens
 
     def num_computed_tokens(self, seq_id: str) -> int:
         return self._seq(seq_id).num_computed
 
     def slot_of(self, seq_id: str, position: int) -> int:
         """The cache slot of one token position of the sequence."""
-        seq = self._seq(seq_id)
-        if not 0 <= position < len(seq.token_ids):
-            raise IndexError(f"position {position} out of range for sequence {seq_id!r}")
-        block, offset = divmod(position, self.block_size)
-        return seq.block_ids[block] * self.block_size + offset
+        return self.slots(seq_id, position, position + 1)[0]
 
-    def slots(self, seq_id: str, start: int, stop: int) -> list[int]:
-        """The cache slots of positions ``start .. stop - 1`` of the sequence."""
-        return [self.slot_of(seq_id, position) for position in range(start, stop)]
+    def slots(self, seq_id: str, start: int, end: int) -> list[int]:
+        """The cache slots of positions ``start .. end - 1`` of the sequence.
+
+        The one place positions become slots (``slot = table[p // block_size] * block_size +
+        p % block_size``): the engine lays out its batches with it.
+        """
+        seq = self._seq(seq_id)
+        if not 0 <= start <= end <= seq.num_tokens:
+            raise IndexError(
+                f"positions {start}..{end - 1} out of range for sequence {seq_id!r} "
+                f"of {seq.num_tokens} tokens"
+            )
+        size, table = self.block_size, seq.block_ids
+        return [table[p // size] * size + p % size for p in range(start, end)]
 
     def __contains__(self, seq_id: object) -> bool:
         return seq_id in self._seqs
@@ -241,8 +260,8 @@ class BlockManager:
         """Raise ``AssertionError`` if the bookkeeping is inconsistent (tests, debugging)."""
         refs = [0] * self.num_blocks
         for seq in self._seqs.values():
-            _expect(len(seq.block_ids) == self._blocks_for(len(seq.token_ids)), "table size")
-            _expect(len(seq.block_hashes) == len(seq.token_ids) // self.block_size, "hashes")
+            _expect(len(seq.block_ids) == self._blocks_for(seq.num_tokens), "table size")
+            _expect(len(seq.block_hashes) == seq.num_tokens // self.block_size, "hashes")
             _expect(len(set(seq.block_ids)) == len(seq.block_ids), "block twice in a table")
             for block_id in seq.block_ids:
                 refs[block_id] += 1
@@ -267,7 +286,7 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     def _needs_new_block(self, seq: _SeqState) -> bool:
-        return len(seq.token_ids) == len(seq.block_ids) * self.block_size
+        return seq.num_tokens == len(seq.block_ids) * self.block_size
 
     def _full_block_hashes(self, parent: BlockHash, token_ids: Sequence[int]) -> list[BlockHash]:
         hashes: list[BlockHash] = []

@@ -129,7 +129,7 @@ class Scheduler:
                 continue
             if not self._make_room(seq, plan):
                 continue
-            self.blocks.append_slot(seq.seq_id, seq.tokens[-1])
+            self.blocks.append_slot(seq.seq_id, seq.tokens)
             plan.chunks.append(Chunk(seq, seq.num_tokens - 1, 1, sample=True))
             used += 1
         return used
