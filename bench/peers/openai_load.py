@@ -90,7 +90,12 @@ def _read_chunk(chunk: dict[str, Any], res: _Result, start: float, last: float) 
 
 
 async def _one(
-    client: httpx.AsyncClient, url: str, model: str, messages: Messages, max_tokens: int
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    messages: Messages,
+    max_tokens: int,
+    extra: dict[str, Any] | None = None,
 ) -> _Result:
     body = {
         "model": model,
@@ -99,6 +104,7 @@ async def _one(
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     res = _Result()
     start = last = time.perf_counter()
@@ -131,8 +137,12 @@ async def measure(
     max_tokens: int,
     *,
     timeout: float = 600.0,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Send every prompt, at most ``concurrency`` in flight; the level's figures as a dict.
+
+    ``extra`` goes into every request's body as is (e.g. ``{"ignore_eos": True}``, which
+    llama-server and vLLM both read, to force ``max_tokens`` output tokens).
 
     Keys: concurrency, requests, errors, first_error, output_tokens, elapsed_s, tok_s,
     ttft_p50/ttft_p99/itl_p50/itl_p99 (seconds), usage_reported (requests whose stream carried
@@ -145,7 +155,7 @@ async def measure(
 
         async def gated(messages: Messages) -> _Result:
             async with gate:
-                return await _one(client, url, model, messages, max_tokens)
+                return await _one(client, url, model, messages, max_tokens, extra)
 
         start = time.perf_counter()
         results = await asyncio.gather(*(gated(m) for m in prompts))
@@ -170,6 +180,29 @@ async def measure(
         "usage_reported": sum(r.usage_tokens is not None for r in ok),
         "finish_reasons": dict(Counter(r.finish_reason for r in ok)),
     }
+
+
+async def complete(
+    base_url: str,
+    model: str,
+    messages: Messages,
+    max_tokens: int,
+    *,
+    timeout: float = 600.0,
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """One greedy (temperature 0) chat completion, not streamed: the answer's text."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **(extra or {}),
+    }
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as client:
+        response = await client.post(base_url.rstrip("/") + "/chat/completions", json=body)
+        response.raise_for_status()
+        return str(response.json()["choices"][0]["message"]["content"] or "")
 
 
 async def first_model(base_url: str) -> str:
@@ -214,15 +247,24 @@ async def main() -> None:
     )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=1, help="requests sent before measuring")
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="send ignore_eos: always max-tokens tokens"
+    )
     args = parser.parse_args()
     model = args.model or await first_model(args.base_url)
     levels = [int(x) for x in args.levels.split(",")]
+    extra = {"ignore_eos": True} if args.ignore_eos else None
     if args.warmup:
-        await measure(args.base_url, model, 1, prompts(args.warmup), args.max_tokens)
+        await measure(args.base_url, model, 1, prompts(args.warmup), args.max_tokens, extra=extra)
     rows = []
     for n in levels:
         row = await measure(
-            args.base_url, model, n, prompts(requests_for(n, args.requests)), args.max_tokens
+            args.base_url,
+            model,
+            n,
+            prompts(requests_for(n, args.requests)),
+            args.max_tokens,
+            extra=extra,
         )
         rows.append(row)
         if row["first_error"]:

@@ -1,18 +1,14 @@
-"""The engine core: one scheduler step at a time, on a dedicated thread.
+"""The engine core: one scheduler step at a time.
 
 ``EngineCore.step()`` asks the scheduler for a batch, lays it out for the model,
 runs one forward pass, samples, and reports each sequence's new token. The
-``EngineLoop`` thread feeds it requests and aborts from other threads and calls it
-while there is work, so the asyncio event loop never waits on a forward pass.
+``EngineLoop`` thread (loop.py) feeds it requests and aborts from other threads and
+calls it while there is work, so the asyncio event loop never waits on a forward pass.
 """
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +26,6 @@ from parley.engines.builtin.sampler import sample
 from parley.engines.builtin.scheduler import Chunk, Scheduler
 from parley.engines.builtin.sequence import Sequence
 from parley.engines.interface import FinishReason
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,73 +164,3 @@ class EngineCore:
         table = self.blocks.block_table(seq.seq_id)
         return [table[p // bs] * bs + p % bs for p in range(length)]
 
-
-Command = tuple[str, Sequence]
-
-
-class EngineLoop:
-    """Runs an EngineCore on its own thread; other threads submit and abort."""
-
-    def __init__(self, core: EngineCore, emit: Callable[[list[TokenEvent]], None]) -> None:
-        self.core = core
-        self._emit = emit
-        self._commands: queue.Queue[Command | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="parley-engine", daemon=True)
-        self._sequences: dict[str, Sequence] = {}
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, seq: Sequence) -> None:
-        self._commands.put(("add", seq))
-
-    def abort(self, seq: Sequence) -> None:
-        self._commands.put(("abort", seq))
-
-    def stop(self) -> None:
-        self._commands.put(None)
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        torch.set_grad_enabled(False)
-        while True:
-            block = not self.core.scheduler.has_work
-            if not self._drain(block):
-                return
-            if not self.core.scheduler.has_work:
-                continue
-            try:
-                events = self.core.step()
-            except Exception:
-                log.exception("engine step failed; ending the sequences in it")
-                events = self._fail_all()
-            if events:
-                self._emit(events)
-
-    def _drain(self, block: bool) -> bool:
-        """Apply queued commands; False when asked to stop."""
-        try:
-            command = self._commands.get(block=block, timeout=None if block else 0)
-        except queue.Empty:
-            return True
-        while True:
-            if command is None:
-                return False
-            kind, seq = command
-            if kind == "add":
-                self.core.add(seq)
-            elif seq.status.value != "finished":
-                self.core.abort(seq)
-                self._emit([TokenEvent(seq, None, FinishReason.ABORT)])
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return True
-
-    def _fail_all(self) -> list[TokenEvent]:
-        sched = self.core.scheduler
-        events = []
-        for seq in list(sched.running) + list(sched.waiting):
-            self.core.abort(seq)
-            events.append(TokenEvent(seq, None, FinishReason.ABORT))
-        return events

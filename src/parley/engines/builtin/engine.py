@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from parley.engines.builtin.core import EngineCore, EngineLoop, TokenEvent
+from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.loader import LoadedModel
+from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence

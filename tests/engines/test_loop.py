@@ -1,0 +1,116 @@
+"""The engine thread and its typed commands, on a tiny random model."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from parley.engines.builtin.core import EngineCore, TokenEvent
+from parley.engines.builtin.loop import Abort, Add, EngineLoop, Stop
+from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.interface import FinishReason
+from tests.engines.tiny import tiny_model
+
+TIMEOUT = 60
+
+
+class Recorder:
+    """The events a loop emits (on its thread), and a wait for a sequence's last one."""
+
+    def __init__(self) -> None:
+        self.events: list[TokenEvent] = []
+        self._lock = threading.Lock()
+        self._finished: dict[str, threading.Event] = {}
+
+    def __call__(self, events: list[TokenEvent]) -> None:
+        with self._lock:
+            self.events += events
+        for event in events:
+            if event.finish is not None:
+                self._done(event.seq.seq_id).set()
+
+    def _done(self, seq_id: str) -> threading.Event:
+        with self._lock:
+            return self._finished.setdefault(seq_id, threading.Event())
+
+    def wait(self, seq_id: str) -> None:
+        assert self._done(seq_id).wait(TIMEOUT), f"{seq_id} did not finish"
+
+    def of(self, seq_id: str) -> list[TokenEvent]:
+        with self._lock:
+            return [e for e in self.events if e.seq.seq_id == seq_id]
+
+
+def engine_loop() -> tuple[EngineLoop, Recorder]:
+    recorder = Recorder()
+    return EngineLoop(EngineCore(tiny_model(), num_blocks=64, block_size=4), recorder), recorder
+
+
+def seq(name: str, max_tokens: int = 4) -> Sequence:
+    return Sequence(name, list(range(3, 12)), SamplingParams(max_tokens=max_tokens))
+
+
+def test_commands_are_frozen_values() -> None:
+    s = seq("a")
+    assert Add(s) == Add(s) and Abort(s) == Abort(s) and Stop() == Stop()
+    assert Add(s) != Add(seq("a"))  # sequences compare by identity
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Add(s).seq = seq("b")  # type: ignore[misc]
+
+
+def test_a_sequence_runs_to_its_length() -> None:
+    loop, recorder = engine_loop()
+    loop.start()
+    loop.send(Add(a := seq("a", max_tokens=4)))
+    recorder.wait("a")
+    loop.stop()
+    events = recorder.of("a")
+    assert [e.token is not None for e in events] == [True] * 4
+    assert events[-1].finish is FinishReason.LENGTH
+    assert a.output == [e.token for e in events]
+    assert loop.core.blocks.usage == 0.0
+
+
+def test_aborting_an_unknown_or_finished_sequence_does_nothing() -> None:
+    loop, recorder = engine_loop()
+    loop.start()
+    never_added = seq("ghost")
+    loop.send(Abort(never_added))
+    loop.send(Add(seq("a", max_tokens=3)))
+    recorder.wait("a")
+    finished = recorder.of("a")[-1].seq
+    loop.send(Abort(finished))
+    loop.send(Abort(finished))
+    loop.stop()  # after the aborts: commands are applied in order
+    assert recorder.of("ghost") == []
+    assert never_added.status is SeqStatus.WAITING  # untouched
+    assert [e.finish for e in recorder.of("a")] == [None, None, FinishReason.LENGTH]
+    assert finished.status is SeqStatus.FINISHED
+
+
+def test_aborting_a_live_sequence_ends_it_once_and_frees_its_blocks() -> None:
+    loop, recorder = engine_loop()
+    a = seq("a", max_tokens=10_000)
+    loop.send(Add(a))  # queued before the thread starts: applied in order
+    loop.send(Abort(a))
+    loop.send(Abort(a))
+    loop.start()
+    recorder.wait("a")
+    loop.stop()
+    events = recorder.of("a")
+    assert [(e.token, e.finish) for e in events] == [(None, FinishReason.ABORT)]
+    assert a.status is SeqStatus.FINISHED
+    assert not loop.core.scheduler.has_work
+    assert loop.core.blocks.usage == 0.0
+
+
+def test_stop_ends_the_thread_and_later_commands_are_not_applied() -> None:
+    loop, recorder = engine_loop()
+    loop.send(Stop())
+    loop.send(Add(seq("late")))
+    loop.start()
+    loop.stop()
+    assert recorder.events == []
+    assert not loop.core.scheduler.has_work
