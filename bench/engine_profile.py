@@ -13,9 +13,9 @@ call by call, timed with ``time.perf_counter``:
 (c) forward: ``LlamaModel.forward``; its CPU time (``time.process_time``) over its wall time
     says how many cores its ops keep busy;
 (d) sample: ``EngineCore._advance`` per sequence (``sample`` + the stop checks);
-(e) deliver: ``BuiltinEngine._deliver`` (detokenize, stop strings, ``Delta``s into the
-    streams' queues), which the service runs on the event loop after a
-    ``call_soon_threadsafe`` hop (the hop itself is not measured here).
+(e) deliver: ``BuiltinEngine._deliver`` (its ``OutputProcessor``: detokenize, stop strings,
+    ``Delta``s; then into the streams' queues), which the service runs on the event loop
+    after a ``call_soon_threadsafe`` hop (the hop itself is not measured here).
 
 Then, in separate passes: module hooks time the forward by part (q/k/v/o projections, MLP,
 attention over the paged KV = the attention module minus its projections, RMSNorms, LM
@@ -40,15 +40,9 @@ from stacks import cpu
 from torch import nn
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
-from parley.engines.builtin.engine import (
-    DEFAULT_TEMPERATURE,
-    BuiltinEngine,
-    BuiltinEngineConfig,
-    _Stream,
-)
+from parley.engines.builtin.engine import DEFAULT_TEMPERATURE, BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.sequence import SamplingParams, Sequence
-from parley.engines.builtin.tokenizer import StreamDecoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -74,7 +68,7 @@ def fill(engine: BuiltinEngine, batch: int, max_tokens: int) -> list[Sequence]:
             engine.prompt_ids(messages),
             SamplingParams(max_tokens=max_tokens, temperature=DEFAULT_TEMPERATURE),
         )
-        engine._streams[seq.seq_id] = _Stream(seq, StreamDecoder(engine.tokenizer), ())
+        engine.output.add(seq)
         core.add(seq)
         seqs.append(seq)
     while any(s.in_prefill for s in seqs):  # prefill (in max_batch_tokens chunks)
@@ -85,7 +79,7 @@ def fill(engine: BuiltinEngine, batch: int, max_tokens: int) -> list[Sequence]:
 def drain(engine: BuiltinEngine, seqs: list[Sequence]) -> None:
     for seq in seqs:
         engine.core.abort(seq)
-        engine._streams.pop(seq.seq_id, None)
+        engine.output.remove(seq.seq_id)
 
 
 # -- one decode step, timed call by call ---------------------------------------------------

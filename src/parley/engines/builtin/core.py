@@ -163,4 +163,3 @@ class EngineCore:
         bs = self.block_size
         table = self.blocks.block_table(seq.seq_id)
         return [table[p // bs] * bs + p % bs for p in range(length)]
-

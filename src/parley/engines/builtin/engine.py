@@ -1,17 +1,19 @@
-"""The built-in engine behind the Engine interface: an asyncio client of EngineLoop.
+"""The built-in engine behind the Engine interface: a thin asyncio client of EngineLoop.
 
 ``stream()`` renders the chat template, submits the token ids to the engine thread
 and yields each new piece of text as it is decoded; closing the stream early (or
 ``abort()``) ends the sequence in the engine, which frees its KV blocks at once.
-Stop strings are applied here, holding back any text that could be the start of
-one, so a stop string never reaches the client.
+The engine thread's token events come back to the event loop, where the
+``OutputProcessor`` (output.py) turns them into each stream's deltas (detokenized, stop
+strings applied and never sent) and names the sequences a stop string ended, which are
+aborted in the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -19,15 +21,15 @@ from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.loader import LoadedModel
 from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
-from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
+from parley.engines.builtin.tokenizer import TextTokenizer
 from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
     Delta,
     EngineError,
-    FinishReason,
     GenerationRequest,
 )
 
@@ -46,17 +48,6 @@ class BuiltinEngineConfig:
 
 # a prompt longer than this (characters) is templated and encoded off the event loop
 OFF_LOOP_CHARS = 8_000
-
-
-@dataclass(slots=True)
-class _Stream:
-    seq: Sequence
-    decoder: StreamDecoder
-    stop: tuple[str, ...]
-    queue: asyncio.Queue[Delta | EngineError] = field(default_factory=asyncio.Queue)
-    held: str = ""  # decoded text not yet sent: it may begin a stop string
-    sent_prompt_tokens: bool = False
-    done: bool = False
 
 
 class BuiltinEngine:
@@ -83,7 +74,8 @@ class BuiltinEngine:
             eos_token_ids=tuple(self.tokenizer.eos_token_ids),
         )
         self._loop_thread = EngineLoop(self.core, self._on_events)
-        self._streams: dict[str, _Stream] = {}
+        self.output = OutputProcessor(self.tokenizer, cache_tokens=self.config.kv_cache_tokens)
+        self._queues: dict[str, asyncio.Queue[Delta | EngineError]] = {}
         self._aio: asyncio.AbstractEventLoop | None = None
         self._started = False
 
@@ -131,29 +123,31 @@ class BuiltinEngine:
             ),
             priority=request.priority,
         )
-        state = _Stream(seq, StreamDecoder(self.tokenizer), tuple(request.stop))
-        self._streams[seq.seq_id] = state
+        queue: asyncio.Queue[Delta | EngineError] = asyncio.Queue()
+        self._queues[seq.seq_id] = queue
+        self.output.add(seq)
         self._loop_thread.submit(seq)
         try:
             while True:
-                delta = await state.queue.get()
+                delta = await queue.get()
                 if isinstance(delta, EngineError):
                     raise delta
                 yield delta
                 if delta.finish_reason is not None:
                     return
         finally:
-            if not state.done:
+            if self.output.unfinished(seq.seq_id) is not None:
                 self._loop_thread.abort(seq)
-            self._streams.pop(seq.seq_id, None)
+            self.output.remove(seq.seq_id)
+            self._queues.pop(seq.seq_id, None)
 
     async def start(self) -> None:
         """Nothing runs in the background until the first request."""
 
     async def abort(self, request_id: str) -> None:
-        state = self._streams.get(request_id)
-        if state is not None and not state.done:
-            self._loop_thread.abort(state.seq)
+        seq = self.output.unfinished(request_id)
+        if seq is not None:
+            self._loop_thread.abort(seq)
 
     async def close(self) -> None:
         if self._started:
@@ -174,55 +168,10 @@ class BuiltinEngine:
     # -- back on the event loop ----------------------------------------------------------------
 
     def _deliver(self, events: list[TokenEvent]) -> None:
-        for event in events:
-            state = self._streams.get(event.seq.seq_id)
-            if state is None or state.done:
-                continue
-            delta = self._delta(state, event)
-            if delta is not None:
-                state.queue.put_nowait(delta)
-
-    def _delta(self, state: _Stream, event: TokenEvent) -> Delta | EngineError | None:
-        if event.token is None and event.finish is FinishReason.LENGTH and not state.seq.output:
-            state.done = True  # the scheduler found the prompt can never fit
-            return ContextLengthExceeded(
-                f"the prompt is {len(state.seq.prompt)} tokens; this engine holds at most "
-                f"{self.config.kv_cache_tokens} tokens"
-            )
-        text = state.decoder.feed(event.token) if event.token is not None else ""
-        finish = event.finish
-        if finish is not None:
-            text += state.decoder.flush()
-        text = state.held + text
-        state.held = ""
-        cut = _find_stop(text, state.stop)
-        if cut is not None:
-            text, finish = text[:cut], FinishReason.STOP
-            if event.finish is None:
-                self._loop_thread.abort(state.seq)
-        elif finish is None:
-            text, state.held = _hold_back(text, state.stop)
-        prompt_tokens = cached = None
-        if not state.sent_prompt_tokens:
-            prompt_tokens, cached = len(state.seq.prompt), state.seq.num_cached_prompt
-            state.sent_prompt_tokens = True
-        if finish is not None:
-            state.done = True
-        tokens = 1 if event.token is not None else 0
-        return Delta(text, tokens, finish, prompt_tokens, cached)
-
-
-def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
-    hits = [i for s in stops if (i := text.find(s)) >= 0]
-    return min(hits) if hits else None
-
-
-def _hold_back(text: str, stops: tuple[str, ...]) -> tuple[str, str]:
-    """Split off the longest end of ``text`` that is the beginning of a stop string."""
-    keep = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), 0, -1):
-            if text.endswith(stop[:n]):
-                keep = max(keep, n)
-                break
-    return (text[: len(text) - keep], text[len(text) - keep :]) if keep else (text, "")
+        processed = self.output.process(events)
+        for seq in processed.to_abort:
+            self._loop_thread.abort(seq)
+        for item in processed.outputs:
+            queue = self._queues.get(item.seq_id)
+            if queue is not None:
+                queue.put_nowait(item.output)
