@@ -1,7 +1,7 @@
 """Load any OpenAI-compatible server with streamed chat completions, level by level.
 
     .venv/bin/python bench/peers/openai_load.py --base-url http://127.0.0.1:8392/v1 \\
-        [--model NAME] [--levels 1,8,32,64] [--requests N] [--max-tokens 64]
+        [--model NAME] [--levels 1,8,32,64] [--requests N] [--max-tokens 64] [--ignore-eos]
 
 At each concurrency level the same prompts ("Write a short poem about <topic>.", greedy,
 ``max_tokens`` each, ``stream: true`` with ``stream_options.include_usage``) are sent with at

@@ -11,10 +11,12 @@ build/peers/logs/<name>.log.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +83,21 @@ def gguf(weights: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+_RUNNING: list[Peer] = []
+
+
+def _stop_all() -> None:
+    for peer in list(_RUNNING):
+        peer.stop()
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)  # atexit then stops the peers (they run in sessions of their own)
+
+
+atexit.register(_stop_all)
+
+
 class Peer:
     """One peer server in its own session (stopping it stops its children too)."""
 
@@ -141,6 +158,9 @@ class Peer:
             self.proc = subprocess.Popen(
                 argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        _RUNNING.append(self)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
 
     async def ready(self, timeout: float) -> None:
         """Wait for ``GET /health`` to answer 200, or raise (RuntimeError/TimeoutError)."""
@@ -176,6 +196,8 @@ class Peer:
         return total / 1e6
 
     def stop(self) -> None:
+        if self in _RUNNING:
+            _RUNNING.remove(self)
         if self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
