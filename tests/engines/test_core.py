@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from parley.engines.builtin.core import EngineCore
+from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
 from parley.engines.interface import FinishReason
 from tests.engines.tiny import tiny_model
@@ -138,11 +139,11 @@ def test_bfloat16_runs_and_stays_close_to_float32() -> None:
     full = core()
     full.add(seq("a", prompt, max_tokens=1))
     plan = full.scheduler.schedule()
-    want = full._forward(plan.chunks)[0]
-    half = EngineCore(tiny_model().to(torch.bfloat16), num_blocks=64, block_size=4)
+    want = full.runner.forward(plan.chunks)[0]
+    half = EngineCore(tiny_model(precision=Precision.BF16), num_blocks=64, block_size=4)
     half.add(seq("a", prompt, max_tokens=1))
     plan = half.scheduler.schedule()
-    got = half._forward(plan.chunks)[0]
+    got = half.runner.forward(plan.chunks)[0]
     assert got.dtype == torch.float32  # logits come back in float32 for sampling
     assert float((got - want).abs().max() / want.abs().max()) < 0.05
     s = seq("b", prompt, max_tokens=8)

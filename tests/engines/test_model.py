@@ -65,7 +65,7 @@ def test_logits_match_transformers_in_float32() -> None:
         seq = Sequence("s", list(prompt), SamplingParams(max_tokens=1))
         core.add(seq)
         plan = core.scheduler.schedule()
-        ours = core._forward(plan.chunks)[0]
+        ours = core.runner.forward(plan.chunks)[0]
         with torch.no_grad():
             theirs = hf(torch.tensor([prompt])).logits[0, -1].float()
         rel = (ours - theirs).abs().max() / theirs.abs().max()

@@ -63,9 +63,8 @@ def prompt_ids(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def engine(loaded: LoadedModel) -> EngineCore:
-    model = LlamaModel(loaded.config)
-    model.load_weights(loaded.weights)
-    return EngineCore(model.eval(), num_blocks=512, block_size=16)
+    model = LlamaModel(loaded.config, loaded.weights)
+    return EngineCore(model, num_blocks=512, block_size=16)
 
 
 def greedy(core: EngineCore, prompts: list[list[int]]) -> list[list[int]]:
@@ -106,7 +105,7 @@ def test_logits_agree_to_1e3_relative_in_float32(ours: LoadedModel, reference: A
         ids = prompt_ids(ours, text)
         core.add(Sequence(f"l{i}", ids, SamplingParams(max_tokens=1)))
         plan = core.scheduler.schedule()
-        logits = core._forward(plan.chunks)[0]
+        logits = core.runner.forward(plan.chunks)[0]
         for chunk in plan.chunks:
             core.scheduler.computed(chunk)
             core.scheduler.finish(chunk.seq)

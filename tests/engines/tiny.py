@@ -11,7 +11,9 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from parley.engines.builtin.config import ModelConfig
+from parley.engines.builtin.loader import expected_shapes
 from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.precision import Precision
 
 TINY = ModelConfig(
     vocab_size=97,
@@ -30,22 +32,24 @@ TINY = ModelConfig(
 )
 
 
-def tiny_weights(seed: int = 0) -> dict[str, torch.Tensor]:
+def random_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Hugging Face-named weights for ``cfg``: N(0, 0.3), norms in [0.5, 1.5]."""
     torch.manual_seed(seed)
-    model = LlamaModel(TINY)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-    return {k: v.clone() for k, v in model.state_dict().items()}
+    weights = {}
+    for name, shape in expected_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            weights[name] = torch.empty(shape).uniform_(0.5, 1.5)
+        else:
+            weights[name] = torch.empty(shape).normal_(0, 0.3)
+    return weights
 
 
-def tiny_model(seed: int = 0) -> LlamaModel:
-    model = LlamaModel(TINY)
-    model.load_weights(tiny_weights(seed))
-    return model.eval()
+def tiny_weights(seed: int = 0) -> dict[str, torch.Tensor]:
+    return random_weights(TINY, seed)
+
+
+def tiny_model(seed: int = 0, precision: Precision = Precision.FP32) -> LlamaModel:
+    return LlamaModel(TINY, tiny_weights(seed), precision)
 
 
 # -- a tiny chat model in a Hugging Face folder (for whole-service tests of the engine) ------
@@ -77,15 +81,9 @@ def save_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
     )
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 258}))
     (folder / "config.json").write_text(json.dumps(_hf_config(TINY_CHAT)))
-    torch.manual_seed(seed)
-    model = LlamaModel(TINY_CHAT)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-        model.lm_head.weight[258].zero_()
-    save_file(
-        {k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors"
-    )
+    weights = random_weights(TINY_CHAT, seed)
+    weights["lm_head.weight"][258].zero_()
+    save_file(weights, folder / "model.safetensors")
     return folder
 
 

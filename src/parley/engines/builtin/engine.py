@@ -59,11 +59,7 @@ class BuiltinEngine:
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
-        model = LlamaModel(loaded.config).to(
-            device=device, dtype=self.config.precision.activation_dtype
-        )
-        model.load_weights(loaded.weights)
-        model.eval()
+        model = LlamaModel(loaded.config, loaded.weights, self.config.precision, device)
         num_blocks = max(2, self.config.kv_cache_tokens // self.config.block_size)
         self.core = EngineCore(
             model,

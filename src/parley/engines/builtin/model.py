@@ -1,13 +1,14 @@
 """A Llama-family decoder in PyTorch that reads and writes a paged KV cache.
 
-One forward pass serves a ragged batch: the new tokens of every scheduled
-sequence are concatenated, so every projection and MLP is one matrix product for
-the whole batch. Attention is per group: decoding sequences (one new token each)
-are attended in one padded call; each prefill chunk attends over its own cached
-prefix plus itself with a causal mask. K/V live in flat per-layer caches of
-``num_blocks * block_size`` slots; a sequence's block table maps its positions to
-slots. RMSNorm, RoPE (Hugging Face's rotate-half layout), grouped-query attention
-and a SwiGLU MLP, as in Llama, SmolLM and friends.
+One forward pass serves a ragged batch: the new tokens of every scheduled sequence are
+concatenated, so every projection and MLP is one matrix product for the whole batch (q, k
+and v in one product, gate and up in another). Attention is per group: decoding sequences
+(one new token each) are attended in one padded call over their blocks; each prefill chunk
+attends over its own cached prefix plus itself with a causal mask. K/V live in per-layer
+caches of ``[num_blocks, block_size, kv_heads, head_dim]``; a sequence's block table lists
+its blocks. RMSNorm, RoPE (Hugging Face's rotate-half layout), grouped-query attention and a
+SwiGLU MLP, as in Llama, SmolLM and friends. Weights are held at a ``Precision``
+(``linear.py``); the model is built from Hugging Face-named weights, never initialised.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from parley.engines.builtin.config import ModelConfig
+from parley.engines.builtin.linear import Linear, make_linear
+from parley.engines.builtin.precision import Precision
+
+KVCache = list[tuple[Tensor, Tensor]]  # per layer: K and V, [num_blocks, block_size, KVH, D]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +32,8 @@ class PrefillItem:
 
     start: int
     end: int
-    context_slots: Tensor  # slots of positions 0 .. (position of the chunk's last token)
-    first_position: int
+    context_blocks: Tensor  # [nb] int64: blocks holding positions 0 .. the chunk's last
+    context_len: int  # positions 0 .. context_len-1 are attended (the chunk's end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,24 +42,14 @@ class BatchLayout:
 
     positions: Tensor  # [T] int64
     slot_mapping: Tensor  # [T] int64: cache slot each new token's K/V is written to
+    cos: Tensor  # [T, 1, D] rotary angles of each row's position
+    sin: Tensor  # [T, 1, D] (sign folded in: rotate-half is a roll by D/2 times this)
     decode_rows: Tensor  # [B] int64: rows of the decoding sequences
-    decode_slots: Tensor  # [B, L] int64: context slots of each decoding sequence (padded)
-    decode_mask: Tensor  # [B, L] bool: which of decode_slots are real
+    decode_blocks: Tensor  # [B, NB] int64: block table of each decoding sequence (padded)
+    decode_mask: Tensor  # [B, 1, 1, NB * block_size] bool: which positions are real
     prefills: list[PrefillItem]
     logit_rows: Tensor  # [S] int64: rows whose next-token logits are wanted
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+    all_decode: bool  # every row is a decode row, in order (no gather/scatter needed)
 
 
 class Rotary:
@@ -68,158 +63,156 @@ class Rotary:
         t = torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device)
         freqs = torch.outer(t, inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
+        sign = torch.cat((-torch.ones(dim // 2), torch.ones(dim // 2))).to(device)
         self.cos = emb.cos().to(dtype)
-        self.sin = emb.sin().to(dtype)
+        self.sin = (emb.sin() * sign).to(dtype)
 
-    def apply(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x: [T, heads, dim]."""
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and signed sin for ``positions``, shaped [T, 1, D] to broadcast over heads."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
-class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.heads = cfg.num_heads
-        self.kv_heads = cfg.num_kv_heads
-        self.head_dim = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+def rope(x: Tensor, layout: BatchLayout) -> Tensor:
+    """x: [T, heads, D]; rotate-half(x) is x rolled by D/2 with the first half negated."""
+    return x * layout.cos + x.roll(x.shape[-1] // 2, -1) * layout.sin
 
-    def forward(
-        self, x: Tensor, layout: BatchLayout, rotary: Rotary, k_cache: Tensor, v_cache: Tensor
-    ) -> Tensor:
-        t = x.shape[0]
-        q = rotary.apply(self.q_proj(x).view(t, self.heads, self.head_dim), layout.positions)
-        k = rotary.apply(self.k_proj(x).view(t, self.kv_heads, self.head_dim), layout.positions)
-        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
-        k_cache[layout.slot_mapping] = k
-        v_cache[layout.slot_mapping] = v
-        out = torch.empty_like(q)
-        if layout.decode_rows.numel():
-            out[layout.decode_rows] = self._decode(q[layout.decode_rows], layout, k_cache, v_cache)
-        for item in layout.prefills:
-            out[item.start : item.end] = self._prefill(
-                q[item.start : item.end], item, k_cache, v_cache
-            )
-        return self.o_proj(out.view(t, self.heads * self.head_dim))
+
+class Attention:
+    def __init__(self, cfg: ModelConfig, w: dict[str, Tensor], precision: Precision) -> None:
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.group = cfg.num_heads // cfg.num_kv_heads
+        self.qk_width = (self.heads + self.kv_heads) * self.head_dim
+        qkv = torch.cat([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
+        self.qkv = make_linear(qkv, precision)
+        self.o_proj = make_linear(w["self_attn.o_proj"], precision)
+
+    def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        t, d = x.shape[0], self.head_dim
+        qkv = self.qkv(x)
+        qk = rope(qkv[:, : self.qk_width].view(t, self.heads + self.kv_heads, d), layout)
+        q, k = qk[:, : self.heads], qk[:, self.heads :]
+        v = qkv[:, self.qk_width :].view(t, self.kv_heads, d)
+        k_cache.view(-1, self.kv_heads, d).index_copy_(0, layout.slot_mapping, k)
+        v_cache.view(-1, self.kv_heads, d).index_copy_(0, layout.slot_mapping, v)
+        if layout.all_decode:
+            out = self._decode(q, layout, k_cache, v_cache)
+        else:
+            out = torch.empty_like(q)
+            if layout.decode_rows.numel():
+                rows = layout.decode_rows
+                out[rows] = self._decode(q[rows], layout, k_cache, v_cache)
+            for item in layout.prefills:
+                out[item.start : item.end] = self._prefill(
+                    q[item.start : item.end], item, k_cache, v_cache
+                )
+        return self.o_proj(out.reshape(t, self.heads * d))
 
     def _decode(self, q: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
-        """q: [B, H, D] → [B, H, D], one new token per sequence over its padded context."""
-        keys = k_cache[layout.decode_slots].transpose(1, 2)  # [B, KVH, L, D]
-        values = v_cache[layout.decode_slots].transpose(1, 2)
-        mask = layout.decode_mask[:, None, None, :]  # [B, 1, 1, L]
-        out = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys, values, attn_mask=mask, enable_gqa=True
-        )
-        return out.squeeze(2)
+        """q: [B, H, D] → [B, H, D], one new token per sequence over its blocks. The query
+        heads sharing a K/V head attend as that head's G queries: no K/V is repeated."""
+        b, d = q.shape[0], self.head_dim
+        shape = (b, -1, self.kv_heads, d)
+        keys = k_cache[layout.decode_blocks].view(shape).transpose(1, 2)  # [B, KVH, L, D]
+        values = v_cache[layout.decode_blocks].view(shape).transpose(1, 2)
+        grouped = q.view(b, self.kv_heads, self.group, d)
+        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=layout.decode_mask)
+        return out.view(b, self.heads, d)
 
     def _prefill(self, q: Tensor, item: PrefillItem, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """q: [n, H, D] → [n, H, D]; each query sees the cached prefix and itself causally."""
-        n = q.shape[0]
-        keys = k_cache[item.context_slots].transpose(0, 1).unsqueeze(0)  # [1, KVH, L, D]
-        values = v_cache[item.context_slots].transpose(0, 1).unsqueeze(0)
-        total = keys.shape[2]
+        n, total, d = q.shape[0], item.context_len, self.head_dim
+        keys = k_cache[item.context_blocks].view(-1, self.kv_heads, d)[:total]
+        values = v_cache[item.context_blocks].view(-1, self.kv_heads, d)[:total]
         q_pos = torch.arange(total - n, total, device=q.device)
         k_pos = torch.arange(total, device=q.device)
         mask = (k_pos[None, :] <= q_pos[:, None])[None, None]  # [1, 1, n, L]
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), keys, values, attn_mask=mask, enable_gqa=True
+            q.transpose(0, 1).unsqueeze(0),
+            keys.transpose(0, 1).unsqueeze(0),
+            values.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask,
+            enable_gqa=True,
         )
         return out.squeeze(0).transpose(0, 1)
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+class MLP:
+    def __init__(self, w: dict[str, Tensor], precision: Precision) -> None:
+        self.gate_up = make_linear(torch.cat([w["mlp.gate_proj"], w["mlp.up_proj"]]), precision)
+        self.down = make_linear(w["mlp.down_proj"], precision)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-    def forward(
-        self, x: Tensor, layout: BatchLayout, rotary: Rotary, k_cache: Tensor, v_cache: Tensor
-    ) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), layout, rotary, k_cache, v_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __call__(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
-class LlamaBody(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+class DecoderLayer:
+    def __init__(self, cfg: ModelConfig, w: dict[str, Tensor], precision: Precision) -> None:
+        dtype = precision.activation_dtype
+        self.attn = Attention(cfg, w, precision)
+        self.mlp = MLP(w, precision)
+        self.attn_norm = w["input_layernorm"].to(dtype)
+        self.mlp_norm = w["post_attention_layernorm"].to(dtype)
+        self.norm_shape, self.eps = (cfg.hidden_size,), cfg.rms_norm_eps
+
+    def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        normed = F.rms_norm(x, self.norm_shape, self.attn_norm, self.eps)
+        x = x + self.attn(normed, layout, k_cache, v_cache)
+        return x + self.mlp(F.rms_norm(x, self.norm_shape, self.mlp_norm, self.eps))
 
 
-class LlamaModel(nn.Module):
-    """Parameter names follow Hugging Face's LlamaForCausalLM, so its weights load as they are."""
+class LlamaModel:
+    """Built from Hugging Face LlamaForCausalLM-named weights, held at ``precision``."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.config = cfg
-        self.model = LlamaBody(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, Tensor],
+        precision: Precision = Precision.FP32,
+        device: torch.device | None = None,
+    ) -> None:
+        self.config, self.precision = cfg, precision
+        self.device = device or torch.device("cpu")
+        self.dtype = precision.activation_dtype
+        on = {k: v.to(self.device) for k, v in weights.items()}
+        self.embed = on["model.embed_tokens.weight"].to(self.dtype)
+        self.layers = [DecoderLayer(cfg, _layer(on, i), precision) for i in range(cfg.num_layers)]
+        self.norm = on["model.norm.weight"].to(self.dtype)
+        head = self.embed if cfg.tie_word_embeddings else on["lm_head.weight"]
+        self.lm_head: Linear = make_linear(head, precision)
 
     @torch.inference_mode()
-    def forward(
-        self,
-        input_ids: Tensor,
-        layout: BatchLayout,
-        rotary: Rotary,
-        kv_cache: list[tuple[Tensor, Tensor]],
-    ) -> Tensor:
-        """Logits [S, vocab] for ``layout.logit_rows``; K/V of every input token are cached."""
-        x = self.model.embed_tokens(input_ids)
-        for layer, (k_cache, v_cache) in zip(self.model.layers, kv_cache, strict=True):
-            x = layer(x, layout, rotary, k_cache, v_cache)
-        x = self.model.norm(x[layout.logit_rows])
+    def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
+        """Logits [S, vocab] (float32) for ``layout.logit_rows``; every input's K/V is cached."""
+        x = F.embedding(input_ids, self.embed)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+            x = layer(x, layout, k_cache, v_cache)
+        if not (layout.all_decode and x.shape[0] == layout.logit_rows.shape[0]):
+            x = x[layout.logit_rows]
+        x = F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
         return self.lm_head(x).float()
 
-    def load_weights(self, weights: dict[str, Tensor]) -> None:
-        wanted = dict(self.state_dict())
-        missing = [k for k in wanted if k not in weights and not self._tied(k)]
-        if missing:
-            raise ValueError(f"weights missing for {missing[:5]}")
-        for name, tensor in weights.items():
-            if name not in wanted:
-                continue
-            target = wanted[name]
-            if target.shape != tensor.shape:
-                raise ValueError(f"{name}: shape {tuple(tensor.shape)} != {tuple(target.shape)}")
-            with torch.no_grad():
-                target.copy_(tensor.to(target.dtype))
 
-    def _tied(self, name: str) -> bool:
-        return name == "lm_head.weight" and self.config.tie_word_embeddings
+def _layer(weights: dict[str, Tensor], i: int) -> dict[str, Tensor]:
+    prefix = f"model.layers.{i}."
+    return {k[len(prefix) : -len(".weight")]: v for k, v in weights.items() if k.startswith(prefix)}
 
 
 def allocate_kv_cache(
-    cfg: ModelConfig, num_slots: int, device: torch.device, dtype: torch.dtype
-) -> list[tuple[Tensor, Tensor]]:
-    shape = (num_slots, cfg.num_kv_heads, cfg.head_dim)
+    cfg: ModelConfig, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype
+) -> KVCache:
+    """Zeroed K/V caches whose pages the OS hands out only when first written (on the CPU
+    through calloc), so a large cache costs memory only as it fills."""
+    shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
     return [
-        (
-            torch.zeros(shape, device=device, dtype=dtype),
-            torch.zeros(shape, device=device, dtype=dtype),
-        )
-        for _ in range(cfg.num_layers)
+        (_zeros(shape, device, dtype), _zeros(shape, device, dtype)) for _ in range(cfg.num_layers)
     ]
+
+
+def _zeros(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    if device.type != "cpu":
+        return torch.zeros(shape, device=device, dtype=dtype)
+    import numpy as np
+
+    raw = np.zeros(shape, dtype=np.uint16 if dtype.itemsize == 2 else np.float32)
+    return torch.from_numpy(raw).view(dtype)

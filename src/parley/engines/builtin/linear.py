@@ -1,0 +1,103 @@
+"""Weight matrices at a precision: dense (fp32/bf16), int8 per channel, int4 in groups.
+
+Each is a callable ``y = linear(x)`` with ``x`` [T, in] in the precision's activation dtype
+and ``y`` [T, out] in the same dtype. The quantized ones are weight-only: activations stay
+bf16, and PyTorch's own CPU kernels do the products (``_weight_int8pack_mm``,
+``_weight_int4pack_mm_for_cpu``), which read the small weights directly. ``dequantized()``
+gives back the float weight a quantized matrix stands for (for checks).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from parley.engines.builtin.precision import Precision
+
+INT4_GROUP = 32  # input columns sharing one scale and zero (llama.cpp's Q4 blocks are 32 too)
+_INT4_MAX = 15
+_INT4_ROWS = 16  # _convert_weight_to_int4pack_for_cpu packs output rows in sixteens
+
+
+class Linear(Protocol):
+    out_features: int
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+    def dequantized(self) -> Tensor: ...
+
+
+class DenseLinear:
+    def __init__(self, weight: Tensor) -> None:
+        self.weight = weight.contiguous()
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight)
+
+    def dequantized(self) -> Tensor:
+        return self.weight
+
+
+class Int8Linear:
+    """Symmetric int8, one scale per output row: w ≈ q * scale."""
+
+    def __init__(self, weight: Tensor, dtype: torch.dtype) -> None:
+        w = weight.float()
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        self.qweight = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self.scale = scale.to(dtype)
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y: Tensor = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scale)
+        return y
+
+    def dequantized(self) -> Tensor:
+        return self.qweight.float() * self.scale.float()[:, None]
+
+
+class Int4Linear:
+    """Asymmetric int4 in groups of ``INT4_GROUP`` inputs: w ≈ (q - 8) * scale + zero.
+    The kernel packs rows in sixteens: a matrix of other heights gets zero rows added,
+    and its products are cut back."""
+
+    def __init__(self, weight: Tensor, dtype: torch.dtype) -> None:
+        rows, cols = weight.shape
+        if cols % INT4_GROUP:
+            raise ValueError(f"int4 needs input sizes divisible by {INT4_GROUP}, not {cols}")
+        padded = -(-rows // _INT4_ROWS) * _INT4_ROWS
+        w = F.pad(weight.float(), (0, 0, 0, padded - rows)).view(padded, -1, INT4_GROUP)
+        low, high = w.amin(-1), w.amax(-1)
+        scale = (high - low).clamp(min=1e-6) / _INT4_MAX
+        zero = low + scale * 8
+        q = ((w - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_MAX)
+        q = q.to(torch.int32).view(padded, cols)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        self.scales_zeros = torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype)
+        self.out_features = rows
+        self._cut = padded != rows
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x, self.packed, INT4_GROUP, self.scales_zeros
+        )
+        return y[:, : self.out_features] if self._cut else y
+
+    def dequantized(self) -> Tensor:
+        """The product with the identity: each weight as the kernel sees it."""
+        cols = self.scales_zeros.shape[0] * INT4_GROUP
+        eye = torch.eye(cols, dtype=self.scales_zeros.dtype)
+        return self(eye).float().T.contiguous()
+
+
+def make_linear(weight: Tensor, precision: Precision) -> Linear:
+    """``weight`` [out, in] (any float dtype) held at ``precision``."""
+    if precision is Precision.INT8:
+        return Int8Linear(weight, precision.activation_dtype)
+    if precision is Precision.INT4:
+        return Int4Linear(weight, precision.activation_dtype)
+    return DenseLinear(weight.to(precision.activation_dtype))

@@ -1,0 +1,194 @@
+"""Every precision of the built-in engine keeps the engine's promises on a tiny random model:
+greedy batched = alone, chunked prefill = whole, the prefix cache changes no token, an abort
+frees the blocks at once; and its logits stay near float32's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parley.engines.builtin.core import EngineCore
+from parley.engines.builtin.linear import INT4_GROUP, make_linear
+from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.precision import Precision, choose
+from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.settings import BuiltinEngineSettings
+from tests.engines.tiny import TINY, tiny_model, tiny_weights
+
+PRECISIONS = list(Precision)
+PROMPTS = [[5, 17, 33, 8], [9, 9, 9], list(range(3, 40)), [50], [11, 12, 13, 14, 15, 16, 17, 18]]
+# largest |logit error| / max |logit| against float32 on the tiny model
+TOLERANCE = {Precision.FP32: 0.0, Precision.BF16: 0.05, Precision.INT8: 0.05, Precision.INT4: 0.05}
+
+
+def core(precision: Precision, num_blocks: int = 64, max_batch_tokens: int = 512) -> EngineCore:
+    return EngineCore(
+        tiny_model(precision=precision),
+        num_blocks=num_blocks,
+        block_size=4,
+        max_batch_tokens=max_batch_tokens,
+    )
+
+
+def run(c: EngineCore, prompts: list[list[int]], steps: int) -> list[list[int]]:
+    return [s.output for s in run_traced(c, prompts, steps)[0]]
+
+
+def run_traced(
+    c: EngineCore, prompts: list[list[int]], steps: int
+) -> tuple[list[Sequence], dict[str, list[torch.Tensor]]]:
+    """The finished sequences, and the logits each sampled from, step by step."""
+    seqs = [
+        Sequence(f"s{i}", list(p), SamplingParams(max_tokens=steps)) for i, p in enumerate(prompts)
+    ]
+    logits: dict[str, list[torch.Tensor]] = {s.seq_id: [] for s in seqs}
+    sample = c.runner.sample
+
+    def traced(rows: torch.Tensor, sampled: list[Sequence]) -> list[int]:
+        for row, s in zip(rows, sampled, strict=True):
+            logits.setdefault(s.seq_id, []).append(row.clone())
+        return sample(rows, sampled)
+
+    c.runner.sample = traced  # type: ignore[method-assign,assignment]
+    for s in seqs:
+        c.add(s)
+    for _ in range(10_000):
+        if not c.scheduler.has_work:
+            break
+        c.step()
+    assert not c.scheduler.has_work, "the engine did not finish"
+    return seqs, logits
+
+
+# bf16 activations round differently in a different batch (its padding, its kernels' blocking):
+# a greedy answer may part from the same prompt's answer alone only where its two best tokens
+# were within that rounding of each other
+NEAR_TIE = 0.25
+
+
+def assert_same_answer(
+    precision: Precision, got: list[int], want: list[int], trace: list[torch.Tensor]
+) -> None:
+    """``got`` is ``want`` (whose logits are ``trace``); in bf16, or parted at a near tie."""
+    assert len(got) == len(want)
+    if precision is Precision.FP32 or got == want:
+        assert got == want
+        return
+    parted = next(n for n, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+    best, second = torch.topk(trace[parted], 2).values.tolist()
+    assert best - second < NEAR_TIE, (precision, parted, best - second)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_greedy_batched_equals_alone(precision: Precision) -> None:
+    batched, _ = run_traced(core(precision), PROMPTS, 16)
+    for i, prompt in enumerate(PROMPTS):
+        (alone,), trace = run_traced(core(precision), [prompt], 16)
+        assert len(alone.output) == 16
+        assert_same_answer(precision, batched[i].output, alone.output, trace["s0"])
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_chunked_prefill_gives_the_same_tokens(precision: Precision) -> None:
+    long = [list(range(2, 90))]
+    (whole,), trace = run_traced(core(precision), long, 12)
+    (chunked,), _ = run_traced(core(precision, max_batch_tokens=7), long, 12)
+    assert_same_answer(precision, chunked.output, whole.output, trace["s0"])
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_prefix_cache_changes_no_token(precision: Precision) -> None:
+    shared = list(range(3, 43))
+    warm = core(precision)
+    run(warm, [[*shared, 50, 51]], 8)
+    second = Sequence("b", [*shared, 60, 61, 62], SamplingParams(max_tokens=8))
+    warm.add(second)
+    while warm.scheduler.has_work:
+        warm.step()
+    assert second.num_cached_prompt == 40
+    (cold,), trace = run_traced(core(precision), [[*shared, 60, 61, 62]], 8)
+    assert_same_answer(precision, second.output, cold.output, trace["s0"])
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_abort_frees_the_blocks_at_once(precision: Precision) -> None:
+    c = core(precision, num_blocks=32)
+    s = Sequence("a", list(range(3, 30)), SamplingParams(max_tokens=100, temperature=0.8))
+    c.add(s)
+    for _ in range(3):
+        c.step()
+    assert c.blocks.usage > 0 and s.output
+    c.abort(s)
+    assert s.status is SeqStatus.FINISHED
+    assert c.blocks.usage == 0
+    assert not c.scheduler.has_work
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision) -> None:
+    """bf16 is float32 on the same weights; int8 and int4 are float32 on their dequantized
+    weights, up to bf16's rounding of activations."""
+    weights = tiny_weights()
+    if precision.quantized:
+        weights = {k: dequantized(k, v, precision) for k, v in weights.items()}
+
+    def logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
+        c = EngineCore(model, num_blocks=64, block_size=4)
+        c.add(Sequence("s", list(prompt), SamplingParams(max_tokens=1)))
+        return c.runner.forward(c.scheduler.schedule().chunks)[0]
+
+    for prompt in PROMPTS:
+        want = logits(LlamaModel(TINY, weights), prompt)
+        got = logits(tiny_model(precision=precision), prompt)
+        assert got.dtype == torch.float32  # logits come back in float32 for sampling
+        rel = float((got - want).abs().max() / want.abs().max())
+        assert rel <= TOLERANCE[precision] + 1e-5, (precision, rel)
+
+
+def dequantized(name: str, weight: torch.Tensor, precision: Precision) -> torch.Tensor:
+    """The weight as the quantized model holds it (its embedding table is not quantized)."""
+    if weight.dim() != 2 or name == "model.embed_tokens.weight":
+        return weight
+    return make_linear(weight, precision).dequantized()
+
+
+@pytest.mark.parametrize("precision", [Precision.INT8, Precision.INT4])
+def test_a_quantized_weight_is_within_half_a_step_of_the_float_one(precision: Precision) -> None:
+    torch.manual_seed(1)
+    weight = torch.randn(48, 4 * INT4_GROUP)
+    linear = make_linear(weight, precision)
+    error = (linear.dequantized() - weight).abs()
+    if precision is Precision.INT8:
+        step = weight.abs().amax(dim=1, keepdim=True) / 127
+    else:
+        groups = weight.view(48, -1, INT4_GROUP)
+        step = ((groups.amax(-1) - groups.amin(-1)) / 15).repeat_interleave(INT4_GROUP, dim=1)
+    assert bool((error <= step * 0.51 + 0.02).all())  # bf16 scales add a little
+    x = torch.randn(5, 4 * INT4_GROUP)
+    got = linear(x.to(precision.activation_dtype)).float()
+    assert torch.allclose(
+        got, x @ linear.dequantized().T, rtol=0.02, atol=0.05 * float(got.abs().max())
+    )
+
+
+def test_int4_refuses_inputs_not_in_whole_groups() -> None:
+    with pytest.raises(ValueError, match="divisible by 32"):
+        make_linear(torch.randn(8, 48), Precision.INT4)
+
+
+def test_auto_takes_bf16_only_where_the_cpu_has_native_bf16() -> None:
+    cpu = torch.device("cpu")
+    assert choose("auto", cpu, frozenset({"avx2", "avx512f", "amx_bf16"})) is Precision.BF16
+    assert choose("auto", cpu, frozenset({"avx2", "avx512_bf16"})) is Precision.BF16
+    assert choose("auto", cpu, frozenset({"avx2", "avx512f", "fma"})) is Precision.FP32
+    assert choose("int8", cpu, frozenset()) is Precision.INT8
+
+
+def test_the_former_dtype_setting_reads_as_a_precision() -> None:
+    assert BuiltinEngineSettings.model_validate({"dtype": "bfloat16"}).precision == "bf16"
+    assert BuiltinEngineSettings.model_validate({"dtype": "float32"}).precision == "fp32"
+    assert BuiltinEngineSettings.model_validate({}).precision == "auto"
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        BuiltinEngineSettings.model_validate({"dtype": "float16"})
+    with pytest.raises(ValueError, match="'auto', 'fp32', 'bf16', 'int8' or 'int4'"):
+        BuiltinEngineSettings.model_validate({"precision": "fp8"})
