@@ -409,13 +409,13 @@ async def peers_section(args: argparse.Namespace, loaded: LoadedModel) -> None:
             for side in sides:
                 if isinstance(side, ParleySide):
                     await side.aclose()
-            llama = {
+            served = {
                 s.name: (s.label, s.peer.base_url, s.peer.model)
                 for s in live
-                if isinstance(s, PeerSide) and s.peer.spec.kind == "llama"
+                if isinstance(s, PeerSide)
             }
             print("\n## quality: greedy agreement with parley fp32\n", flush=True)
-            print(await quality_table(loaded, precisions, llama, args.quality_tokens))
+            print(await quality_table(loaded, precisions, served, args.quality_tokens))
     finally:
         for side in sides:
             side.close()
