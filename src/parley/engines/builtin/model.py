@@ -112,8 +112,9 @@ class Attention:
         heads sharing a K/V head attend as that head's G queries: no K/V is repeated."""
         b, d = q.shape[0], self.head_dim
         shape = (b, -1, self.kv_heads, d)
-        keys = k_cache[layout.decode_blocks].view(shape).transpose(1, 2)  # [B, KVH, L, D]
-        values = v_cache[layout.decode_blocks].view(shape).transpose(1, 2)
+        blocks = layout.decode_blocks.view(-1)  # index_select copies whole blocks
+        keys = k_cache.index_select(0, blocks).view(shape).transpose(1, 2)  # [B, KVH, L, D]
+        values = v_cache.index_select(0, blocks).view(shape).transpose(1, 2)
         grouped = q.view(b, self.kv_heads, self.group, d)
         out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=layout.decode_mask)
         return out.view(b, self.heads, d)
@@ -121,8 +122,8 @@ class Attention:
     def _prefill(self, q: Tensor, item: PrefillItem, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """q: [n, H, D] → [n, H, D]; each query sees the cached prefix and itself causally."""
         n, total, d = q.shape[0], item.context_len, self.head_dim
-        keys = k_cache[item.context_blocks].view(-1, self.kv_heads, d)[:total]
-        values = v_cache[item.context_blocks].view(-1, self.kv_heads, d)[:total]
+        keys = k_cache.index_select(0, item.context_blocks).view(-1, self.kv_heads, d)[:total]
+        values = v_cache.index_select(0, item.context_blocks).view(-1, self.kv_heads, d)[:total]
         q_pos = torch.arange(total - n, total, device=q.device)
         k_pos = torch.arange(total, device=q.device)
         mask = (k_pos[None, :] <= q_pos[:, None])[None, None]  # [1, 1, n, L]
