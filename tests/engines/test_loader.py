@@ -23,6 +23,8 @@ from safetensors.torch import save_file
 from parley.engines.builtin import loader
 from parley.engines.builtin.config import ModelConfig, ModelNotFound, UnsupportedModel
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
+from parley.engines.builtin.model import build_weights
+from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.tokenizer import (
     MAX_HELD_TOKENS,
     StreamDecoder,
@@ -391,3 +393,45 @@ def _save_sharded(weights: dict[str, torch.Tensor], folder: Path) -> None:
         weight_map.update(dict.fromkeys(keys, file))
     index = {"metadata": {}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+# -- the built-weights cache ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", [Precision.BF16, Precision.INT4])
+def test_the_built_weights_are_cached_and_a_second_start_maps_them(
+    loads: Loads, precision: Precision, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu = torch.device("cpu")
+    first = loader.engine_model(loads.cached, precision, cpu)
+    built_files = list(loads.cache_dir.glob(f"*-{precision.value}-b*.safetensors"))
+    assert len(built_files) == 1
+
+    def no_building(*args: object) -> None:
+        raise AssertionError("built again although cached")
+
+    monkeypatch.setattr(loader, "build_weights", no_building)
+    second = loader.engine_model(loads.cached, precision, cpu)
+    ids = torch.tensor([1, 2, 3])
+    assert torch.equal(first.embed, second.embed)
+    x = torch.randn(2, first.config.hidden_size, dtype=precision.activation_dtype)
+    assert torch.equal(first.layers[3].mlp.gate_up(x), second.layers[3].mlp.gate_up(x))
+    assert torch.equal(first.lm_head(first.embed[ids]), second.lm_head(second.embed[ids]))
+
+
+def test_a_built_cache_of_another_torch_is_built_again(
+    loads: Loads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu = torch.device("cpu")
+    loader.engine_model(loads.cached, Precision.INT8, cpu)
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    rebuilt: list[Precision] = []
+    build = build_weights
+
+    def counted(cfg: Any, weights: Any, precision: Precision) -> Any:
+        rebuilt.append(precision)
+        return build(cfg, weights, precision)
+
+    monkeypatch.setattr(loader, "build_weights", counted)
+    loader.engine_model(loads.cached, Precision.INT8, cpu)
+    assert rebuilt == [Precision.INT8]

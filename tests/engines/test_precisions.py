@@ -138,7 +138,7 @@ def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision) -> N
         return c.runner.forward(c.scheduler.schedule().chunks)[0]
 
     for prompt in PROMPTS:
-        want = logits(LlamaModel(TINY, weights), prompt)
+        want = logits(LlamaModel.from_hf(TINY, weights), prompt)
         got = logits(tiny_model(precision=precision), prompt)
         assert got.dtype == torch.float32  # logits come back in float32 for sampling
         rel = float((got - want).abs().max() / want.abs().max())

@@ -63,7 +63,7 @@ def prompt_ids(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def engine(loaded: LoadedModel) -> EngineCore:
-    model = LlamaModel(loaded.config, loaded.weights)
+    model = LlamaModel.from_hf(loaded.config, loaded.weights)
     return EngineCore(model, num_blocks=512, block_size=16)
 
 

@@ -49,7 +49,7 @@ def tiny_weights(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def tiny_model(seed: int = 0, precision: Precision = Precision.FP32) -> LlamaModel:
-    return LlamaModel(TINY, tiny_weights(seed), precision)
+    return LlamaModel.from_hf(TINY, tiny_weights(seed), precision)
 
 
 # -- a tiny chat model in a Hugging Face folder (for whole-service tests of the engine) ------

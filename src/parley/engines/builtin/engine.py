@@ -18,9 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
-from parley.engines.builtin.loader import LoadedModel
+from parley.engines.builtin.loader import LoadedModel, engine_model
 from parley.engines.builtin.loop import EngineLoop
-from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
@@ -59,7 +58,7 @@ class BuiltinEngine:
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
-        model = LlamaModel(loaded.config, loaded.weights, self.config.precision, device)
+        model = engine_model(loaded, self.config.precision, device)
         num_blocks = max(2, self.config.kv_cache_tokens // self.config.block_size)
         self.core = EngineCore(
             model,

@@ -30,10 +30,13 @@ class Linear(Protocol):
     def dequantized(self) -> Tensor: ...
 
 
+Parts = dict[str, Tensor]  # a matrix's tensors as held (and cached): see quantize()
+
+
 class DenseLinear:
-    def __init__(self, weight: Tensor) -> None:
-        self.weight = weight.contiguous()
-        self.out_features = weight.shape[0]
+    def __init__(self, parts: Parts) -> None:
+        self.weight = parts["weight"]
+        self.out_features = self.weight.shape[0]
 
     def __call__(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight)
@@ -45,12 +48,16 @@ class DenseLinear:
 class Int8Linear:
     """Symmetric int8, one scale per output row: w ≈ q * scale."""
 
-    def __init__(self, weight: Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, parts: Parts) -> None:
+        self.qweight, self.scale = parts["qweight"], parts["scale"]
+        self.out_features = self.qweight.shape[0]
+
+    @staticmethod
+    def quantize(weight: Tensor, dtype: torch.dtype) -> Parts:
         w = weight.float()
         scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
-        self.qweight = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        self.scale = scale.to(dtype)
-        self.out_features = weight.shape[0]
+        qweight = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return {"qweight": qweight, "scale": scale.to(dtype)}
 
     def __call__(self, x: Tensor) -> Tensor:
         y: Tensor = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scale)
@@ -65,7 +72,13 @@ class Int4Linear:
     The kernel packs rows in sixteens: a matrix of other heights gets zero rows added,
     and its products are cut back."""
 
-    def __init__(self, weight: Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, parts: Parts) -> None:
+        self.packed, self.scales_zeros = parts["packed"], parts["scales_zeros"]
+        self.out_features = int(parts["rows"])
+        self._cut = self.out_features != self.scales_zeros.shape[1]
+
+    @staticmethod
+    def quantize(weight: Tensor, dtype: torch.dtype) -> Parts:
         rows, cols = weight.shape
         if cols % INT4_GROUP:
             raise ValueError(f"int4 needs input sizes divisible by {INT4_GROUP}, not {cols}")
@@ -76,10 +89,11 @@ class Int4Linear:
         zero = low + scale * 8
         q = ((w - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_MAX)
         q = q.to(torch.int32).view(padded, cols)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-        self.scales_zeros = torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype)
-        self.out_features = rows
-        self._cut = padded != rows
+        return {
+            "packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1),
+            "scales_zeros": torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype),
+            "rows": torch.tensor(rows),
+        }
 
     def __call__(self, x: Tensor) -> Tensor:
         y: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(
@@ -94,10 +108,24 @@ class Int4Linear:
         return self(eye).float().T.contiguous()
 
 
+def quantize(weight: Tensor, precision: Precision) -> Parts:
+    """``weight`` [out, in] (any float dtype) as ``precision`` holds it."""
+    if precision is Precision.INT8:
+        return Int8Linear.quantize(weight, precision.activation_dtype)
+    if precision is Precision.INT4:
+        return Int4Linear.quantize(weight, precision.activation_dtype)
+    return {"weight": weight.to(precision.activation_dtype).contiguous()}
+
+
+def linear(parts: Parts, precision: Precision) -> Linear:
+    """The matrix ``quantize`` gave ``parts`` for."""
+    if precision is Precision.INT8:
+        return Int8Linear(parts)
+    if precision is Precision.INT4:
+        return Int4Linear(parts)
+    return DenseLinear(parts)
+
+
 def make_linear(weight: Tensor, precision: Precision) -> Linear:
     """``weight`` [out, in] (any float dtype) held at ``precision``."""
-    if precision is Precision.INT8:
-        return Int8Linear(weight, precision.activation_dtype)
-    if precision is Precision.INT4:
-        return Int4Linear(weight, precision.activation_dtype)
-    return DenseLinear(weight.to(precision.activation_dtype))
+    return linear(quantize(weight, precision), precision)

