@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from parley.engines.builtin import loader
+from parley.engines.builtin.aligned import read_aligned, write_aligned
 from parley.engines.builtin.config import ModelConfig, ModelNotFound, UnsupportedModel
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
 from parley.engines.builtin.model import build_weights
@@ -435,3 +437,21 @@ def test_a_built_cache_of_another_torch_is_built_again(
     monkeypatch.setattr(loader, "build_weights", counted)
     loader.engine_model(loads.cached, Precision.INT8, cpu)
     assert rebuilt == [Precision.INT8]
+
+
+def test_an_aligned_file_keeps_every_tensor_and_starts_each_on_64_bytes(tmp_path: Path) -> None:
+    tensors = {
+        "odd": torch.arange(7, dtype=torch.int8),  # 7 bytes: the next tensor needs a gap
+        "rows": torch.tensor(97),  # a 0-dimensional tensor
+        "w": torch.randn(3, 5).to(torch.bfloat16),
+        "x": torch.randn(2, 3),
+    }
+    path = tmp_path / "aligned.safetensors"
+    write_aligned(tensors, path, {"k": "v"})
+    with safe_open(path, framework="pt") as f:
+        assert f.metadata() == {"k": "v"}
+    read = read_aligned(path)
+    assert read.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        assert torch.equal(read[name], tensor), name
+        assert read[name].data_ptr() % 64 == 0, name

