@@ -155,9 +155,7 @@ def main() -> None:
     if args.cold:
         for file in CACHE.glob("*-b[0-9]*.safetensors"):
             file.unlink()
-    print(
-        "| server | seconds to healthy, each start | RSS MB (median; engine servers after one answer) |"
-    )
+    print("| server | seconds to healthy, each start | RSS MB (median; engines: after an answer) |")
     print("| --- | --- | --- |")
     for precision in args.precisions.split(","):
         for command in ("engine serve", "serve"):

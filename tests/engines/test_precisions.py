@@ -126,10 +126,10 @@ def test_abort_frees_the_blocks_at_once(precision: Precision) -> None:
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision) -> None:
-    """bf16 is float32 on the same weights; int8 and int4 are float32 on their dequantized
-    weights, up to bf16's rounding of activations."""
+    """Every precision is float32 on the weights it holds (bf16-rounded, or dequantized int8
+    and int4), up to bf16's rounding of the products' inputs."""
     weights = tiny_weights()
-    if precision.quantized:
+    if precision is not Precision.FP32:
         weights = {k: dequantized(k, v, precision) for k, v in weights.items()}
 
     def logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
@@ -149,7 +149,7 @@ def dequantized(name: str, weight: torch.Tensor, precision: Precision) -> torch.
     """The weight as the quantized model holds it (its embedding table is not quantized)."""
     if weight.dim() != 2 or name == "model.embed_tokens.weight":
         return weight
-    return make_linear(weight, precision).dequantized()
+    return make_linear(weight, precision).dequantized().float()
 
 
 @pytest.mark.parametrize("precision", [Precision.INT8, Precision.INT4])
@@ -176,11 +176,15 @@ def test_int4_refuses_inputs_not_in_whole_groups() -> None:
         make_linear(torch.randn(8, 48), Precision.INT4)
 
 
-def test_auto_takes_bf16_only_where_the_cpu_has_native_bf16() -> None:
+def test_auto_is_fp32_on_a_cpu_with_or_without_native_bf16(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     cpu = torch.device("cpu")
-    assert choose("auto", cpu, frozenset({"avx2", "avx512f", "amx_bf16"})) is Precision.BF16
-    assert choose("auto", cpu, frozenset({"avx2", "avx512_bf16"})) is Precision.BF16
-    assert choose("auto", cpu, frozenset({"avx2", "avx512f", "fma"})) is Precision.FP32
+    with caplog.at_level("INFO", logger="parley.engines.builtin.precision"):
+        assert choose("auto", cpu, frozenset({"avx2", "avx512f", "amx_bf16"})) is Precision.FP32
+    assert "native bf16 (amx_bf16)" in caplog.text  # the operator learns bf16 is an option
+    assert choose("auto", cpu, frozenset({"avx2", "fma"})) is Precision.FP32
+    assert choose("auto", torch.device("cuda")) is Precision.BF16
     assert choose("int8", cpu, frozenset()) is Precision.INT8
 
 

@@ -35,8 +35,8 @@ class BuiltinEngineSettings(BaseModel):
     max_running: int = Field(default=64, gt=0)
     precision: Literal["auto", "fp32", "bf16", "int8", "int4"] = Field(
         default="auto",
-        description="Weights and compute: fp32, bf16, int8 or int4 (weight-only); auto: bf16 "
-        "where the CPU has native bf16 (avx512_bf16/amx_bf16), else fp32.",
+        description="The weights: fp32, bf16, int8 or int4 (weight-only; activations and KV "
+        "cache stay float32); auto: fp32 on a CPU, bf16 on a GPU.",
     )
     device: str | None = Field(default=None, description="cpu or cuda; default: cuda if present.")
 

@@ -39,7 +39,9 @@ class DenseLinear:
         self.out_features = self.weight.shape[0]
 
     def __call__(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight)
+        if x.dtype == self.weight.dtype:
+            return F.linear(x, self.weight)
+        return F.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
 
     def dequantized(self) -> Tensor:
         return self.weight
@@ -60,8 +62,10 @@ class Int8Linear:
         return {"qweight": qweight, "scale": scale.to(dtype)}
 
     def __call__(self, x: Tensor) -> Tensor:
-        y: Tensor = torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scale)
-        return y
+        y: Tensor = torch.ops.aten._weight_int8pack_mm(
+            x.to(self.scale.dtype), self.qweight, self.scale
+        )
+        return y.to(x.dtype)
 
     def dequantized(self) -> Tensor:
         return self.qweight.float() * self.scale.float()[:, None]
@@ -97,9 +101,9 @@ class Int4Linear:
 
     def __call__(self, x: Tensor) -> Tensor:
         y: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x, self.packed, INT4_GROUP, self.scales_zeros
+            x.to(self.scales_zeros.dtype), self.packed, INT4_GROUP, self.scales_zeros
         )
-        return y[:, : self.out_features] if self._cut else y
+        return (y[:, : self.out_features] if self._cut else y).to(x.dtype)
 
     def dequantized(self) -> Tensor:
         """The product with the identity: each weight as the kernel sees it."""
@@ -111,10 +115,10 @@ class Int4Linear:
 def quantize(weight: Tensor, precision: Precision) -> Parts:
     """``weight`` [out, in] (any float dtype) as ``precision`` holds it."""
     if precision is Precision.INT8:
-        return Int8Linear.quantize(weight, precision.activation_dtype)
+        return Int8Linear.quantize(weight, precision.kernel_dtype)
     if precision is Precision.INT4:
-        return Int4Linear.quantize(weight, precision.activation_dtype)
-    return {"weight": weight.to(precision.activation_dtype).contiguous()}
+        return Int4Linear.quantize(weight, precision.kernel_dtype)
+    return {"weight": weight.to(precision.kernel_dtype).contiguous()}
 
 
 def linear(parts: Parts, precision: Precision) -> Linear:
