@@ -36,6 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Any
 
@@ -248,9 +249,8 @@ def floor_step(loaded: LoadedModel, batch: int, repeats: int = 10) -> float:
 
 def decode_step(loaded: LoadedModel, batch: int, steps: int = 12) -> float:
     """The engine's mean decode step with ``batch`` sequences all decoding."""
-    model = LlamaModel(loaded.config)
-    model.load_weights(loaded.weights)
-    core = EngineCore(model.eval(), num_blocks=4096, block_size=16, max_batch_tokens=8192)
+    model = LlamaModel.from_hf(loaded.config, loaded.weights)
+    core = EngineCore(model, num_blocks=4096, block_size=16, max_batch_tokens=8192)
     ids = _ids(loaded)
     for i in range(batch):
         core.add(Sequence(f"d{i}", ids(question(i)), SamplingParams(max_tokens=steps + 4)))
@@ -475,7 +475,7 @@ def print_peer_tables(
     goals(levels, parley, peers)
 
 
-def goals(levels: list[int], parley: list[Side], peers: list[Side]) -> None:
+def goals(levels: list[int], parley: Seq[Side], peers: Seq[Side]) -> None:
     """Issue 19's goals, met or not, from this run's means."""
     by = {s.name: s for s in [*parley, *peers]}
     pairs = [
