@@ -31,7 +31,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
+from peer_servers import free_port, session_rss_mb
 from stacks import cpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,27 +41,6 @@ PARLEY = ROOT / ".venv" / "bin" / "parley"
 LLAMA = ROOT / "bench" / "peers" / "llama_server.sh"
 NOAMX = ROOT / "build" / "peers" / "llama-server-noamx"
 CACHE = Path("~/.cache/parley/models").expanduser()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of the process's session (the process and its children)."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == pid:
-            total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    return total / 1e6
 
 
 def measure(
@@ -88,7 +69,7 @@ def measure(
         if answer:
             answer_once(port)
         time.sleep(1)
-        return ready, rss_mb(proc.pid)
+        return ready, session_rss_mb(proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -71,6 +71,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def session_rss_mb(session: int) -> float:
+    """Resident memory (MB) of the processes of a session (its leader's pid): a server and
+    the children it started."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # session id (field 6: after state, ppid, pgrp)
+            total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    return total / 1e6
+
+
 def gguf(weights: str) -> str:
     """The GGUF file of that type (llama_server.sh gguf: made once, then found)."""
     out = subprocess.run(
@@ -185,15 +199,7 @@ class Peer:
 
     def rss_mb(self) -> float:
         """Resident memory of the session's processes (MB)."""
-        total = 0
-        for status in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = status.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == self.proc.pid:  # session id (field 6: after state, ppid, pgrp)
-                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        return total / 1e6
+        return session_rss_mb(self.proc.pid)
 
     def stop(self) -> None:
         if self in _RUNNING:

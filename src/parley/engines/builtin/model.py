@@ -41,7 +41,6 @@ class PrefillItem:
 class BatchLayout:
     """Where each sequence's tokens sit in the flat batch, and where their K/V go."""
 
-    positions: Tensor  # [T] int64
     slot_mapping: Tensor  # [T] int64: cache slot each new token's K/V is written to
     cos: Tensor  # [T, 1, D] rotary angles of each row's position
     sin: Tensor  # [T, 1, D] (sign folded in: rotate-half is a roll by D/2 times this)

@@ -102,7 +102,6 @@ class ModelRunner:
         pos = torch.tensor(positions, dtype=long, device=dev)
         cos, sin = self.rotary.at(pos)
         layout = BatchLayout(
-            positions=pos,
             slot_mapping=torch.tensor(slots, dtype=long, device=dev),
             cos=cos,
             sin=sin,

@@ -31,11 +31,6 @@ def sample_batch(
     return [int(t) for t in tokens.tolist()]
 
 
-def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token from ``logits`` [vocab] (float32)."""
-    return sample_batch(logits.unsqueeze(0), [params], [generator])[0]
-
-
 def _draw(
     logits: Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
 ) -> Tensor:
