@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -261,7 +262,5 @@ def allocate_kv_cache(
 def _zeros(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
     if device.type != "cpu":
         return torch.zeros(shape, device=device, dtype=dtype)
-    import numpy as np
-
     raw = np.zeros(shape, dtype=np.uint16 if dtype.itemsize == 2 else np.float32)
     return torch.from_numpy(raw).view(dtype)
