@@ -457,22 +457,23 @@ def print_peer_tables(
     print("|---|---" + "|---" * len(peers) + "|")
     for n in levels:
         for ps in parley:
-            ratios = []
-            for peer in peers:
-                a, b = mean_of(ps, n, "tok_s"), mean_of(peer, n, "tok_s")
-                ratios.append(f"{a / b:.2f}" if a and b else "-")
-            print(f"| {n} | {ps.label} | {' | '.join(ratios)} |")
+            print(f"| {n} | {ps.label} | {ratios(ps, peers, n, 'tok_s')} |")
     low = min(levels)
     print(f"\n## parley ÷ peer, ITL p50 at concurrency {low} (below 1: parley is quicker)\n")
     print(f"| parley | {' | '.join(s.label for s in peers)} |")
     print("|---" + "|---" * len(peers) + "|")
     for ps in parley:
-        ratios = []
-        for peer in peers:
-            a, b = mean_of(ps, low, "itl_p50"), mean_of(peer, low, "itl_p50")
-            ratios.append(f"{a / b:.2f}" if a and b else "-")
-        print(f"| {ps.label} | {' | '.join(ratios)} |")
+        print(f"| {ps.label} | {ratios(ps, peers, low, 'itl_p50')} |")
     goals(levels, parley, peers)
+
+
+def ratios(ps: Side, peers: Seq[Side], level: int, key: str) -> str:
+    """``ps`` ÷ each peer at ``level`` on ``key`` (table cells; "-" where one is missing)."""
+    cells = []
+    for peer in peers:
+        a, b = mean_of(ps, level, key), mean_of(peer, level, key)
+        cells.append(f"{a / b:.2f}" if a and b else "-")
+    return " | ".join(cells)
 
 
 def goals(levels: list[int], parley: Seq[Side], peers: Seq[Side]) -> None:
