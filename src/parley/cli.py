@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import getpass
 import logging
 import signal
 import sys
@@ -19,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from parley import logs
+from parley.accounts.admin import add_user_parser
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.safety.admin import add_runs_parser
@@ -80,31 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     _settings_args(migrate)
     migrate.set_defaults(handler=_migrate)
 
-    _user_parser(sub)
+    add_user_parser(sub, _settings_args)  # parley user create / set-tier / list / delete / export
     add_runs_parser(sub, _settings_args)  # parley runs refused
     return parser
-
-
-def _user_parser(sub: Any) -> None:
-    """``parley user create / set-tier / list``."""
-    user = sub.add_parser("user", help="manage users")
-    user_sub = user.add_subparsers(dest="user_command", required=True)
-    create = user_sub.add_parser("create", help="create a user")
-    _settings_args(create)
-    create.add_argument("email")
-    create.add_argument("--tier")
-    create.add_argument(
-        "--password-stdin", action="store_true", help="read the password from standard input"
-    )
-    create.set_defaults(handler=_user_create)
-    set_tier = user_sub.add_parser("set-tier", help="move a user to another tier")
-    _settings_args(set_tier)
-    set_tier.add_argument("email")
-    set_tier.add_argument("tier")
-    set_tier.set_defaults(handler=_user_set_tier)
-    list_ = user_sub.add_parser("list", help="list users")
-    _settings_args(list_)
-    list_.set_defaults(handler=_user_list)
 
 
 def _engine_parser(sub: Any) -> None:
@@ -297,69 +275,6 @@ async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
         print(f"database at revision {await current_revision(db)}")
     finally:
         await db.dispose()
-    return 0
-
-
-async def _user_create(args: argparse.Namespace, settings: Settings) -> int:
-    from parley.accounts.passwords import Passwords
-    from parley.accounts.policy import check_password, checked_email
-    from parley.errors import ValidationFailed
-    from parley.store import users
-
-    tier = args.tier or settings.default_tier
-    if tier not in settings.tiers:
-        return _fail(f"unknown tier {tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
-    if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = getpass.getpass("password: ")
-    try:
-        email = checked_email(args.email)
-        check_password(password, email=email)
-    except ValidationFailed as e:
-        return _fail(e.message)
-    db = await _open_db(settings)
-    try:
-        password_hash = await Passwords().hash(password)
-        async with db.transaction() as s:
-            user = await users.create_user(s, email=email, password_hash=password_hash, tier=tier)
-        print(f"{user.id}\t{user.email}\t{user.tier}")
-    except Exception as e:
-        return _fail(str(e))
-    finally:
-        await db.dispose()
-    return 0
-
-
-async def _user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
-    from parley.store import users
-
-    if args.tier not in settings.tiers:
-        return _fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
-    db = await _open_db(settings)
-    try:
-        async with db.transaction() as s:
-            user = await users.find_user_by_email(s, args.email)
-            if user is None:
-                return _fail(f"no user with email {args.email!r}")
-            await users.set_tier(s, user, args.tier)
-        print(f"{user.id}\t{user.email}\t{args.tier}")
-    finally:
-        await db.dispose()
-    return 0
-
-
-async def _user_list(_: argparse.Namespace, settings: Settings) -> int:
-    from parley.store import users
-
-    db = await _open_db(settings)
-    try:
-        async with db.transaction() as s:
-            rows = await users.list_users(s)
-    finally:
-        await db.dispose()
-    for user in rows:
-        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.created_at.isoformat()}")
     return 0
 
 

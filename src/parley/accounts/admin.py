@@ -1,0 +1,111 @@
+"""``parley user create / set-tier / list``: user administration from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from parley.config import Settings
+from parley.store.database import Database
+
+
+def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``parley user create / set-tier / list``."""
+    user = sub.add_parser("user", help="manage users")
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    create = user_sub.add_parser("create", help="create a user")
+    settings_args(create)
+    create.add_argument("email")
+    create.add_argument("--tier")
+    create.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    create.set_defaults(handler=user_create)
+    set_tier = user_sub.add_parser("set-tier", help="move a user to another tier")
+    settings_args(set_tier)
+    set_tier.add_argument("email")
+    set_tier.add_argument("tier")
+    set_tier.set_defaults(handler=user_set_tier)
+    list_ = user_sub.add_parser("list", help="list users")
+    settings_args(list_)
+    list_.set_defaults(handler=user_list)
+
+
+async def user_create(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.passwords import Passwords
+    from parley.accounts.policy import check_password, checked_email
+    from parley.errors import ValidationFailed
+    from parley.store import users
+
+    tier = args.tier or settings.default_tier
+    if tier not in settings.tiers:
+        return fail(f"unknown tier {tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+    try:
+        email = checked_email(args.email)
+        check_password(password, email=email)
+    except ValidationFailed as e:
+        return fail(e.message)
+    db = await open_db(settings)
+    try:
+        password_hash = await Passwords().hash(password)
+        async with db.transaction() as s:
+            user = await users.create_user(s, email=email, password_hash=password_hash, tier=tier)
+        print(f"{user.id}\t{user.email}\t{user.tier}")
+    except Exception as e:
+        return fail(str(e))
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import users
+
+    if args.tier not in settings.tiers:
+        return fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    db = await open_db(settings)
+    try:
+        async with db.transaction() as s:
+            user = await users.find_user_by_email(s, args.email)
+            if user is None:
+                return fail(f"no user with email {args.email!r}")
+            await users.set_tier(s, user, args.tier)
+        print(f"{user.id}\t{user.email}\t{args.tier}")
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def user_list(_: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import users
+
+    db = await open_db(settings)
+    try:
+        async with db.transaction() as s:
+            rows = await users.list_users(s)
+    finally:
+        await db.dispose()
+    for user in rows:
+        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.created_at.isoformat()}")
+    return 0
+
+
+async def open_db(settings: Settings) -> Database:
+    """The database, migrated to the current schema (operators need not run migrate first)."""
+    from parley.store.migrate import upgrade
+
+    db = Database(settings.resolved_database_url)
+    await upgrade(db)
+    return db
+
+
+def fail(message: str) -> int:
+    print(f"parley: {message}", file=sys.stderr)
+    return 1
