@@ -1,0 +1,63 @@
+"""A chat as Markdown: for people to read, not for import (the JSON document is that).
+
+```
+# <title>
+
+Created 2026-11-24 22:36 UTC · last activity 2026-11-25 08:01 UTC · 4 messages
+
+---
+
+### User · 2026-11-24 22:36 UTC
+
+<the content, verbatim>
+
+---
+
+### Assistant (smollm2) · 2026-11-24 22:36 UTC
+
+<the content, verbatim>
+```
+
+An answer that did not complete says so beside its role (``failed``, ``cancelled``...).
+Message contents are kept exactly as written (they are often Markdown themselves), each
+between horizontal rules so a message that contains headings still shows where it ends.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from parley.domain import MessageStatus
+from parley.portability.document import ChatDocument, MessageDocument
+
+RULE = "---"
+
+
+def when(at: datetime) -> str:
+    """A time as the Markdown shows it: to the minute, in UTC."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def chat_markdown(doc: ChatDocument) -> str:
+    title = " ".join(doc.title.split()) or "Untitled chat"
+    count = len(doc.messages)
+    facts = [
+        f"Created {when(doc.created_at)}",
+        f"last activity {when(doc.last_activity_at)}",
+        f"{count} message{'' if count == 1 else 's'}",
+    ]
+    if doc.archived:
+        facts.append("archived")
+    parts = [f"# {title}", " · ".join(facts)]
+    for message in sorted(doc.messages, key=lambda m: m.seq):
+        parts += [RULE, _heading(message), message.content]
+    return "\n\n".join(parts) + "\n"
+
+
+def _heading(message: MessageDocument) -> str:
+    who = message.role.value.capitalize()
+    if message.model:
+        who += f" ({message.model})"
+    if message.status is not MessageStatus.COMPLETED:
+        who += f", {message.status.value.replace('_', ' ')}"
+    return f"### {who} · {when(message.created_at)}"
