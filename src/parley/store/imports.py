@@ -1,0 +1,79 @@
+"""An import's chats written as the user's own (``portability`` read them).
+
+Every chat and message gets a new id (an imported id could be another user's, or this
+user's chat imported twice); the original times are kept: a chat's ``created_at`` and
+``updated_at``, each message's ``created_at``, and the chat's ``last_activity_at`` is its
+newest message's time (so imported chats sort among the others by when they happened).
+Messages take ``seq`` 1, 2, ... in the order read; ``message_count`` is their number.
+An imported chat is written into the database whatever it was where it came from (an
+export's ``archived`` is not applied: the archiver moves idle chats out on its own).
+
+Runs are not made: only messages are imported, each answer with the model that wrote it (on
+the message). A run row is a generation's record in this service (its budget reservation,
+its queue and lease, its usage); an imported answer was generated elsewhere, or by another
+parley, and the export document keeps those runs' metadata for whoever wants it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.domain import new_id
+from parley.portability.document import ImportBatch, ImportedChat
+from parley.store.chats import new_message_id
+from parley.store.schema import Chat, Message
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    chat_ids: tuple[str, ...]  # the new chats, in the order of the import
+    messages: int
+
+    @property
+    def chats(self) -> int:
+        return len(self.chat_ids)
+
+
+async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> ImportResult:
+    """The batch's chats as the user's, in the caller's transaction (all or nothing)."""
+    chat_ids: list[str] = []
+    messages = 0
+    for imported in batch.chats:
+        chat_ids.append(_add_chat(s, user_id, imported))
+        messages += len(imported.messages)
+        await s.flush()  # chat by chat: a large import never holds every row unflushed
+    return ImportResult(chat_ids=tuple(chat_ids), messages=messages)
+
+
+def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
+    chat_id = new_id("chat")
+    times = [m.created_at for m in imported.messages]
+    s.add(
+        Chat(
+            id=chat_id,
+            user_id=user_id,
+            title=imported.title,
+            message_count=len(imported.messages),
+            created_at=imported.created_at,
+            updated_at=imported.updated_at,
+            last_activity_at=max(times, default=imported.created_at),
+        )
+    )
+    s.add_all(
+        Message(
+            id=new_message_id(),
+            user_id=user_id,
+            chat_id=chat_id,
+            seq=seq,
+            role=m.role,
+            content=m.content,
+            status=m.status,
+            model=m.model,
+            created_at=m.created_at,
+            updated_at=m.created_at,
+        )
+        for seq, m in enumerate(imported.messages, start=1)
+    )
+    return chat_id
