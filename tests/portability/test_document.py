@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -14,8 +15,9 @@ from parley.portability.document import (
     ExportDocument,
     chat_document,
     export_document,
+    export_json,
 )
-from parley.portability.markdown import chat_markdown
+from parley.portability.markdown import chat_markdown, markdown_name
 from parley.store.schema import Chat, Message, Run, User
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -110,6 +112,21 @@ def test_the_document_survives_json_exactly() -> None:
     assert back.chats[0].messages[0].created_at == T0  # to the microsecond
 
 
+async def test_the_document_written_a_chat_at_a_time_is_the_same_text() -> None:
+    user = User(id="user_1", email="ada@example.com", tier="free", created_at=T0)
+    chats = [chat_document(*rows(), archived=flag) for flag in (False, True)]
+    for some in ([], chats[:1], chats):
+
+        async def each(docs: list[ChatDocument] = some) -> AsyncIterator[ChatDocument]:
+            for doc in docs:
+                yield doc
+
+        pieces = [p async for p in export_json(user, each(), exported_at=T0)]
+        whole = export_document(user, some, exported_at=T0).model_dump_json()
+        assert b"".join(pieces).decode() == whole
+        assert len(pieces) == len(some) + 2
+
+
 def test_times_without_an_offset_and_unknown_fields_are_refused() -> None:
     doc = chat_document(*rows(), archived=False).model_dump(mode="json")
     with pytest.raises(ValidationError, match="timezone"):
@@ -136,3 +153,19 @@ def test_markdown_of_an_empty_chat() -> None:
     text = chat_markdown(chat_document(chat, [], [], archived=False))
     assert text.startswith("# Tides\n\nCreated 2026-03-04 05:06 UTC")
     assert "0 messages" in text
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("Tides", "2026-03-04-Tides-chat_1.md"),
+        ("../../etc/passwd: a *plan*?", "2026-03-04-etcpasswd-a-plan-chat_1.md"),
+        ("Überfahrt nach Lissabon", "2026-03-04-Überfahrt-nach-Lissabon-chat_1.md"),
+        ("???", "2026-03-04-chat-chat_1.md"),
+        ("x" * 100, f"2026-03-04-{'x' * 60}-chat_1.md"),
+    ],
+)
+def test_markdown_file_names_are_safe_and_unique(title: str, name: str) -> None:
+    chat, _, _ = rows()
+    chat.title = title
+    assert markdown_name(chat_document(chat, [], [], archived=False)) == name

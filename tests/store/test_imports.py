@@ -20,6 +20,7 @@ from parley.portability.document import (
     ExportDocument,
     chat_document,
     export_document,
+    export_json,
 )
 from parley.portability.reader import read_import
 from parley.store import chats, run_records, users
@@ -116,6 +117,20 @@ async def exported(db: Database, user_id: str, *, page: int = 100) -> ExportDocu
     return export_document(user, docs, exported_at=datetime.now(UTC))
 
 
+async def exported_json(db: Database, user_id: str) -> bytes:
+    """The export as the export job writes it: chat by chat, one chat a query."""
+    async with db.transaction() as s:
+        user = await users.get_user(s, user_id)
+        assert user is not None
+
+        async def documents() -> AsyncIterator[ChatDocument]:
+            async for chat, messages, runs in export_rows(s, user_id=user_id, page=1):
+                yield chat_document(chat, messages, runs, archived=False)
+
+        pieces = [p async for p in export_json(user, documents(), exported_at=T0)]
+    return b"".join(pieces)
+
+
 def same_chat(doc: ChatDocument) -> dict[str, Any]:
     """What a round trip keeps of a chat: all but ids and runs."""
     return {
@@ -138,7 +153,9 @@ async def test_export_then_import_for_another_user_gives_the_same_chats(db: Data
     assert [r.id for r in original.chats[1].runs] == [run_id]
     assert original.chats[1].runs[0].completion_tokens == 7
 
-    batch = read_import("parley-export.json", original.model_dump_json().encode())
+    written = await exported_json(db, ada)
+    assert ExportDocument.model_validate_json(written).chats == original.chats
+    batch = read_import("parley-export.json", written)
     assert batch.source == "parley"
     async with db.transaction() as s:
         result = await import_chats(s, user_id=bob, batch=batch)

@@ -14,7 +14,7 @@ kept, ids not (the store gives new ones: an imported id could be another user's)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -165,6 +165,22 @@ def export_document(
     user: User, chats: Sequence[ChatDocument], *, exported_at: datetime
 ) -> ExportDocument:
     return ExportDocument(exported_at=exported_at, user=user_document(user), chats=list(chats))
+
+
+async def export_json(
+    user: User, chats: AsyncIterable[ChatDocument], *, exported_at: datetime
+) -> AsyncIterator[bytes]:
+    """The export document's JSON in pieces, a chat at a time (as ``store/exports.py``
+    reads them): the same text as ``export_document(...).model_dump_json()``, never held
+    whole."""
+    empty = export_document(user, [], exported_at=exported_at).model_dump_json()
+    head, tail = empty.removesuffix("]}"), "]}"
+    yield head.encode()
+    first = True
+    async for chat in chats:
+        yield (b"" if first else b",") + chat.model_dump_json().encode()
+        first = False
+    yield tail.encode()
 
 
 # --- what an import read ------------------------------------------------------------------

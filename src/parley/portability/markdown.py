@@ -25,12 +25,15 @@ between horizontal rules so a message that contains headings still shows where i
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from parley.domain import MessageStatus
 from parley.portability.document import ChatDocument, MessageDocument
 
 RULE = "---"
+NAME_TITLE_CHARS = 60
+_UNSAFE = re.compile(r"[^\w\- ]+")
 
 
 def when(at: datetime) -> str:
@@ -61,3 +64,11 @@ def _heading(message: MessageDocument) -> str:
     if message.status is not MessageStatus.COMPLETED:
         who += f", {message.status.value.replace('_', ' ')}"
     return f"### {who} · {when(message.created_at)}"
+
+
+def markdown_name(doc: ChatDocument) -> str:
+    """A file name for the chat's Markdown, unique within an export (it ends with the
+    chat's id) and safe on every file system: ``2026-11-24-Trip-to-Lisbon-chat_….md``."""
+    words = _UNSAFE.sub("", doc.title).split()
+    slug = "-".join(words)[:NAME_TITLE_CHARS].strip("-") or "chat"
+    return f"{doc.created_at.astimezone(UTC):%Y-%m-%d}-{slug}-{doc.id}.md"
