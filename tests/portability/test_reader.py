@@ -208,6 +208,9 @@ def test_a_broken_zip_is_invalid_naming_the_member() -> None:
     cut = zipped({"conversations.json": FIXTURE.read_bytes()})
     cut = cut[:60] + bytes(len(cut) - 60 - 200) + cut[-200:]  # the central directory kept
     assert refused(cut, "invalid_import", name="x.zip").startswith("'x.zip': ")
+    whole = zipped({"conversations.json": FIXTURE.read_bytes()})
+    message = refused(whole[: len(whole) // 2], "invalid_import", name="x.zip")
+    assert message == "'x.zip': a zip that cannot be read (cut short?)"
 
 
 def test_limits_on_chats_messages_and_bytes_unpacked() -> None:

@@ -160,6 +160,8 @@ def _documents(name: str, data: bytes, limits: ImportLimits) -> list[tuple[str, 
     where = quoted(name)
     if zipfile.is_zipfile(io.BytesIO(data)):
         return [(w, parse_json(w, d)) for w, d in _unzipped(where, data, limits)]
+    if data.startswith(b"PK\x03\x04"):
+        raise invalid(where, "a zip that cannot be read (cut short?)")
     return [(where, parse_json(where, data))]
 
 
