@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tomllib
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +23,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -33,6 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from parley.blobs.settings import ArchiveSettings, BlobSettings, PortabilitySettings
 from parley.context.settings import ContextSettings
 from parley.engines.settings import (
     BuiltinEngineSettings,
@@ -45,6 +44,7 @@ from parley.engines.settings import (
 from parley.errors import ConfigurationError
 from parley.logs import LogFormat
 from parley.safety.settings import SafetySettings, check_tiers
+from parley.settings_file import TomlFileSource
 from parley.store.urls import Role, is_postgres, normalize_database_url
 from parley.tiers import TierSettings, default_tiers
 
@@ -71,28 +71,6 @@ DEFAULT_SECRET = "change-me"  # noqa: S105 - the sentinel that production refuse
 class Environment(StrEnum):
     DEVELOPMENT = "development"
     PRODUCTION = "production"
-
-
-class _TomlFileSource(PydanticBaseSettingsSource):
-    """Reads the TOML file named by ``config_file`` (argument or environment)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
-        super().__init__(settings_cls)
-        self._values: dict[str, Any] = {}
-        if path is not None:
-            try:
-                with path.open("rb") as f:
-                    self._values = tomllib.load(f)
-            except FileNotFoundError as e:
-                raise ConfigurationError(f"config file not found: {path}") from e
-            except tomllib.TOMLDecodeError as e:
-                raise ConfigurationError(f"config file {path} is not valid TOML: {e}") from e
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
 
 
 class Settings(BaseSettings):
@@ -232,6 +210,9 @@ class Settings(BaseSettings):
     context: ContextSettings = Field(default_factory=ContextSettings)
     fake_engine: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
     safety: SafetySettings = Field(default_factory=SafetySettings)  # docs/SAFETY.md
+    blobs: BlobSettings = Field(default_factory=BlobSettings)  # archive and exports
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    portability: PortabilitySettings = Field(default_factory=PortabilitySettings)
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(
         default=None, gt=0, description="Runs one worker executes at once; default: engine slots."
@@ -304,7 +285,7 @@ class Settings(BaseSettings):
         if isinstance(init_settings, InitSettingsSource):
             path = init_settings.init_kwargs.get("config_file")
         path = path or os.environ.get("PARLEY_CONFIG_FILE")
-        toml = _TomlFileSource(settings_cls, Path(path) if path else None)
+        toml = TomlFileSource(settings_cls, Path(path) if path else None)
         return (init_settings, env_settings, toml)
 
     @field_validator("database_url")

@@ -70,6 +70,15 @@ class RunSource(StrEnum):
     SUMMARY = "summary"  # a chat's rolling summary folded further (background, unbilled)
 
 
+class ExportStatus(StrEnum):
+    """An export job: made (``pending``), written (``ready``, until it expires) or not."""
+
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
 BACKGROUND_PRIORITY = -1
 """The queue priority of background runs (summaries): below every tier's (0..1000), so a
 worker takes one only when no user's run is queued."""

@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, cast
 from parley.accounts.passwords import Passwords
 from parley.accounts.service import Accounts
 from parley.accounts.throttle import AccountThrottles
+from parley.archive.archiver import Archiver
+from parley.archive.periodic import archive_forever
+from parley.blobs.interface import BlobStoreError
+from parley.blobs.store import build_blob_store
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
 from parley.config import Settings
@@ -63,6 +67,7 @@ class Services:
     metrics: Metrics
     context: ChatContext
     reads: Reads
+    archiver: Archiver
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
@@ -72,6 +77,7 @@ class Services:
     async def start(self) -> None:
         """Start the background work: the sweeper, and the worker when this process has one."""
         await self.submitter.costs.prepare()  # the models' tokenizers, to count prompts
+        await self.check_blobs()
         self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
         if self.engine is not None:
             await self.engine.start()
@@ -79,6 +85,18 @@ class Services:
             self._tasks.append(asyncio.create_task(sampler, name="metrics"))
         if self.worker is not None:
             self._tasks.append(asyncio.create_task(self.worker.run_forever(), name="worker"))
+            if self.settings.archive.periodic:
+                archiving = archive_forever(self.archiver, self.settings.archive)
+                self._tasks.append(asyncio.create_task(archiving, name="archive"))
+
+    async def check_blobs(self) -> None:
+        """Bad blob store settings (credentials, bucket) stop the process at start-up."""
+        if not self.settings.blobs.check_on_start:
+            return
+        try:
+            await self.archiver.blobs.check()
+        except BlobStoreError as e:
+            raise ConfigurationError(f"the blob store does not work: {e}") from e
 
     async def close(self, grace: float = 5.0) -> None:
         if self.worker is not None:
@@ -142,8 +160,7 @@ def build_services(
     engine: Engine | None = None,
 ) -> Services:
     """Everything one process needs; ``worker=True`` adds an engine and a worker."""
-    models = configured_models(settings)
-    check_downgrades(settings, models)
+    models = served_models(settings)
     db = database(settings)
     bus = bus or build_bus(settings)
     budget = Budget(bus, settings)
@@ -168,6 +185,7 @@ def build_services(
         cursors=Cursors(settings.secret_key.get_secret_value()),
         metrics=metrics,
         reads=reads,
+        archiver=archiver(settings, db),
     )
     moderate_prompts(services)
     if worker:
@@ -175,8 +193,21 @@ def build_services(
     return services
 
 
+def served_models(settings: Settings) -> list[str]:
+    models = configured_models(settings)
+    check_downgrades(settings, models)
+    return models
+
+
+def archiver(settings: Settings, db: Database) -> Archiver:
+    """The archive over the configured blob store (``archive/``, ``blobs/``)."""
+    return Archiver(db, build_blob_store(settings.blobs, settings.data_dir), settings.archive)
+
+
 def moderate_prompts(services: Services) -> None:
-    """The moderator (``safety/``), which prompts go through before admission."""
+    """The moderator (``safety/``), which prompts go through before admission, and the
+    archive a message to an archived chat restores it from."""
+    services.submitter.restore_with(services.archiver)
     services.moderator = Moderator(services.settings, metrics=services.metrics.moderation)
     refusals = Refusals(services.db, services.finisher, services.moderator)
     services.submitter.check_prompts_with(refusals)

@@ -95,13 +95,7 @@ class Accounts:
         """Set a new password (the current one must be given: guesses are throttled as
         logins are) and end every other session of the user; how many were ended."""
         check_password(new, email=principal.email, param="new_password")
-        await self._throttles.before_password_check(principal.email, client)
-        user = await self.me(principal)
-        if not (await self._passwords.verify(user.password_hash, current)).ok:
-            raise ValidationFailed(
-                "the current password is wrong", code="wrong_password", param="current_password"
-            )
-        await self._throttles.password_ok(principal.email, client)
+        user = await self.confirm_password(principal, current, client, param="current_password")
         new_hash = await self._passwords.hash(new)
         self._cache.forget_user(principal.user_id)
         async with self._db.transaction() as s:
@@ -110,6 +104,24 @@ class Accounts:
             return await credentials.revoke_sessions(
                 s, user_id=principal.user_id, keep=principal.credential_id
             )
+
+    async def confirm_password(
+        self, principal: Principal, password: str, client: str | None, *, param: str
+    ) -> User:
+        """The user, if ``password`` is theirs (guesses are throttled as logins are)."""
+        await self._throttles.before_password_check(principal.email, client)
+        user = await self.me(principal)
+        if not (await self._passwords.verify(user.password_hash, password)).ok:
+            raise ValidationFailed("the password is wrong", code="wrong_password", param=param)
+        await self._throttles.password_ok(principal.email, client)
+        return user
+
+    async def delete_user(self, user_id: str) -> bool:
+        """Delete the user's row and with it every row of theirs (sessions, keys, chats,
+        messages, runs, exports: ``ON DELETE CASCADE``); False if there was none."""
+        self._cache.forget_user(user_id)
+        async with self._db.transaction() as s:
+            return await users.delete_user(s, user_id)
 
     async def logout(self, principal: Principal) -> None:
         if principal.kind is not CredentialKind.SESSION:

@@ -185,6 +185,11 @@ class ChatOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime
+    archived_at: datetime | None = Field(
+        default=None,
+        description="Set while the chat is archived: it reads as before (a little slower); "
+        "a new message brings it back.",
+    )
 
 
 class ChatDetail(ChatOut):

@@ -17,6 +17,7 @@ from typing import Protocol
 import anyio
 
 from parley.accounts.service import Principal
+from parley.archive.archiver import Archiver
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings, TierSettings
 from parley.context.prompts import ChatContext
@@ -89,10 +90,15 @@ class Submitter:
         self._settings = settings
         self._models = models
         self._handoff: Handoff | None = None
+        self._archiver: Archiver | None = None
 
     @property
     def _lease(self) -> timedelta:
         return timedelta(seconds=self._settings.lease_seconds)
+
+    def restore_with(self, archiver: Archiver) -> None:
+        """A message to an archived chat brings the chat back first (``archive/``)."""
+        self._archiver = archiver
 
     def check_prompts_with(self, refusals: Refusals) -> None:
         """Prompts go through the tier's input classifiers before admission."""
@@ -109,6 +115,7 @@ class Submitter:
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
+        await self._unarchive(who.user_id, chat_id)
         await self.costs.check_message(new)  # before admission: one that can never fit
         earlier = await self._moderate(new, req.content)
         return earlier or await self._admit(new, self.costs.chat_tokens)
@@ -340,6 +347,14 @@ class Submitter:
                 param="Idempotency-Key",
             )
         return run
+
+    async def _unarchive(self, user_id: str, chat_id: str) -> None:
+        if self._archiver is None:
+            return
+        async with self._db.transaction() as s:
+            chat = await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
+        if chat.archived_at is not None:
+            await self._archiver.restore(chat)
 
     async def _persist(self, new: new_runs.NewRun) -> tuple[Run, bool]:
         """The new run (True), or the run that won a same-key race (False)."""

@@ -9,7 +9,7 @@ from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import is_id, new_id, utcnow
-from parley.errors import NotFound, no_such
+from parley.errors import Conflict, NotFound, no_such
 from parley.store.pages import Cursors, Page, invalid_cursor, page_of
 from parley.store.schema import Chat, Message, Run
 
@@ -90,11 +90,14 @@ async def rename_chat(s: AsyncSession, *, user_id: str, chat_id: str, title: str
     return chat
 
 
-async def delete_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> None:
-    await get_chat(s, user_id=user_id, chat_id=chat_id)
+async def delete_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> str | None:
+    """Delete the chat and its rows; its archive's key, if it was archived."""
+    chat = await get_chat(s, user_id=user_id, chat_id=chat_id)
+    key = chat.archive_key
     for table in (Run, Message):
         await s.execute(delete(table).where(table.user_id == user_id, table.chat_id == chat_id))
     await s.execute(delete(Chat).where(Chat.user_id == user_id, Chat.id == chat_id))
+    return key
 
 
 async def list_messages(
@@ -118,6 +121,25 @@ async def list_messages(
     return page_of(rows, limit, lambda m: cursors.seal(kind, (m.seq,)))
 
 
+def page_archived(
+    messages: list[Message],
+    *,
+    chat_id: str,
+    limit: int,
+    cursor: str | None,
+    order: Order,
+    cursors: Cursors,
+) -> Page[Message]:
+    """An archived chat's history (its rows from the archive), paged as ``list_messages``
+    pages the database's, by the same cursors."""
+    rows = sorted(messages, key=lambda m: m.seq, reverse=order == "desc")
+    if cursor is not None:
+        seq = messages_after(cursors, chat_id, cursor)
+        rows = [m for m in rows if (m.seq < seq if order == "desc" else m.seq > seq)]
+    kind = messages_cursor_kind(chat_id)
+    return page_of(rows[: limit + 1], limit, lambda m: cursors.seal(kind, (m.seq,)))
+
+
 def messages_cursor_kind(chat_id: str) -> str:
     """A chat's history pages by cursors sealed for that chat only."""
     return f"messages:{chat_id}"
@@ -135,12 +157,17 @@ async def add_message(s: AsyncSession, message: Message) -> Message:
     """Append a message to its chat: next seq, and the chat's activity moves to now."""
     seq = await s.scalar(
         update(Chat)
-        .where(Chat.user_id == message.user_id, Chat.id == message.chat_id)
+        .where(
+            Chat.user_id == message.user_id,
+            Chat.id == message.chat_id,
+            Chat.archived_at.is_(None),  # restored first (``archive/``): seqs stay unique
+        )
         .values(message_count=Chat.message_count + 1, last_activity_at=message.created_at)
         .returning(Chat.message_count)
     )
     if seq is None:
-        raise _chat_not_found(message.chat_id)
+        await get_chat(s, user_id=message.user_id, chat_id=message.chat_id)
+        raise Conflict("the chat was archived meanwhile; send again", code="chat_archived")
     message.seq = seq
     s.add(message)
     await s.flush()

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
+from parley.domain import ExportStatus, MessageRole, MessageStatus, RunSource, RunStatus
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -135,6 +135,11 @@ class Chat(Base):
     summary_through_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     summary_run_id: Mapped[str | None] = mapped_column(ID)
     summary_updated_at: Mapped[datetime | None]
+    # archived (``archive/``): its messages and runs live in one compressed object of
+    # archive_bytes under archive_key, and no longer in this database
+    archived_at: Mapped[datetime | None]
+    archive_key: Mapped[str | None] = mapped_column(String(300))
+    archive_bytes: Mapped[int | None] = mapped_column(Integer)
 
 
 class Message(Base):
@@ -218,3 +223,25 @@ class Run(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class Export(Base):
+    """A user's export of all their chats (``portability/jobs.py``): made in the background,
+    its file kept in the blob store under ``blob_key`` until ``expires_at``."""
+
+    __tablename__ = "exports"
+    __table_args__ = (Index("ix_exports_user_created", "user_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    status: Mapped[ExportStatus] = mapped_column(str_enum(ExportStatus, "export_status"))
+    blob_key: Mapped[str | None] = mapped_column(String(300))
+    bytes: Mapped[int | None] = mapped_column(Integer)
+    chats: Mapped[int | None] = mapped_column(Integer)
+    messages: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    # moved on while the job works: a job silent for long is failed by the sweeper
+    updated_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -56,3 +56,9 @@ async def set_tier(s: AsyncSession, user: User, tier: str) -> None:
 async def set_password_hash(s: AsyncSession, user: User, password_hash: str) -> None:
     user.password_hash = password_hash
     user.updated_at = utcnow()
+
+
+async def delete_user(s: AsyncSession, user_id: str) -> bool:
+    """The user's row, and by ``ON DELETE CASCADE`` every row that names them."""
+    deleted = await s.scalar(delete(User).where(User.id == user_id).returning(User.id))
+    return deleted is not None

@@ -25,9 +25,11 @@ from parley.api.schemas import (
 from parley.config import Settings
 from parley.domain import MessageRole, MessageStatus
 from parley.errors import ValidationFailed
+from parley.services import Services
 from parley.store import chats, run_records
 from parley.store.chats import Order
-from parley.store.schema import Message
+from parley.store.pages import Page
+from parley.store.schema import Chat, Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 
@@ -81,14 +83,18 @@ async def rename_chat(
 
 @router.delete("/{chat_id}", response_model=Deleted, responses=errors(*AUTHED, 404))
 async def delete_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> Deleted:
-    """Delete the chat with its messages and runs."""
+    """Delete the chat with its messages and runs (archived ones too)."""
     async with svc.db.transaction() as s:
-        await chats.delete_chat(s, user_id=who.user_id, chat_id=chat_id)
+        key = await chats.delete_chat(s, user_id=who.user_id, chat_id=chat_id)
+    if key is not None:
+        await svc.archiver.forget(key)
     return Deleted(id=chat_id, object="chat.deleted")
 
 
 @router.get(
-    "/{chat_id}/messages", response_model=MessageList, responses=errors(400, *AUTHED, 404, 422)
+    "/{chat_id}/messages",
+    response_model=MessageList,
+    responses=errors(400, *AUTHED, 404, 422, 503),
 )
 async def list_messages(
     chat_id: str,
@@ -101,18 +107,39 @@ async def list_messages(
     ] = "desc",
 ) -> MessageList:
     async with svc.reads.session(who.user_id) as s:
-        page = await chats.list_messages(
-            s,
-            user_id=who.user_id,
-            chat_id=chat_id,
-            limit=limit,
-            cursor=cursor,
-            order=order,
-            cursors=svc.cursors,
-        )
-        failed = [m.run_id for m in page.items if m.run_id and m.status in _ENDED_BADLY]
-        errors = await run_records.errors_of(s, user_id=who.user_id, run_ids=failed)
+        chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
+        if chat.archived_at is None:
+            page = await chats.list_messages(
+                s,
+                user_id=who.user_id,
+                chat_id=chat_id,
+                limit=limit,
+                cursor=cursor,
+                order=order,
+                cursors=svc.cursors,
+            )
+            failed = [m.run_id for m in page.items if m.run_id and m.status in _ENDED_BADLY]
+            errors = await run_records.errors_of(s, user_id=who.user_id, run_ids=failed)
+    if chat.archived_at is not None:
+        page, errors = await _archived_page(svc, chat, limit, cursor, order)
     return MessageList(data=[_message(m, errors) for m in page.items], next_cursor=page.next_cursor)
+
+
+async def _archived_page(
+    svc: Services, chat: Chat, limit: int, cursor: str | None, order: Order
+) -> tuple[Page[Message], dict[str, tuple[str, str]]]:
+    """A page of an archived chat's history, read from its archive, and its runs' errors."""
+    archived = await svc.archiver.read(chat)
+    page = chats.page_archived(
+        archived.messages,
+        chat_id=chat.id,
+        limit=limit,
+        cursor=cursor,
+        order=order,
+        cursors=svc.cursors,
+    )
+    errors = {r.id: (r.error_code, r.error_message or "") for r in archived.runs if r.error_code}
+    return page, errors
 
 
 _ENDED_BADLY = frozenset({MessageStatus.FAILED, MessageStatus.REJECTED})
