@@ -31,6 +31,7 @@ from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
 from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
+from parley.portability.exports import Exports
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.qos.costs import PromptCounter
@@ -72,13 +73,15 @@ class Services:
     worker: Worker | None = None
     summaries: Summaries | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    moderator: Moderator = field(init=False)  # set by moderate_prompts
+    moderator: Moderator = field(init=False)  # set by connect
+    exports: Exports = field(init=False)  # set by connect
 
     async def start(self) -> None:
         """Start the background work: the sweeper, and the worker when this process has one."""
         await self.submitter.costs.prepare()  # the models' tokenizers, to count prompts
         await self.check_blobs()
         self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
+        self._tasks.append(asyncio.create_task(self.exports.maintain_forever(), name="exports"))
         if self.engine is not None:
             await self.engine.start()
             sampler = self.metrics.sample_forever(self.engine, self.settings.metrics_sample_seconds)
@@ -107,6 +110,7 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        await self.exports.close()
         if self.summaries is not None:
             await self.summaries.close()
         await self.context.close()
@@ -187,7 +191,7 @@ def build_services(
         reads=reads,
         archiver=archiver(settings, db),
     )
-    moderate_prompts(services)
+    connect(services)
     if worker:
         add_worker(services, engine)
     return services
@@ -204,13 +208,17 @@ def archiver(settings: Settings, db: Database) -> Archiver:
     return Archiver(db, build_blob_store(settings.blobs, settings.data_dir), settings.archive)
 
 
-def moderate_prompts(services: Services) -> None:
-    """The moderator (``safety/``), which prompts go through before admission, and the
-    archive a message to an archived chat restores it from."""
-    services.submitter.restore_with(services.archiver)
-    services.moderator = Moderator(services.settings, metrics=services.metrics.moderation)
+def connect(services: Services) -> None:
+    """The services built from others: the moderator (``safety/``), which prompts go
+    through before admission; the archive a message to an archived chat restores it from;
+    the exports, which read the archive too."""
+    settings = services.settings
+    services.moderator = Moderator(settings, metrics=services.metrics.moderation)
     refusals = Refusals(services.db, services.finisher, services.moderator)
     services.submitter.check_prompts_with(refusals)
+    services.submitter.restore_with(services.archiver)
+    secret = settings.secret_key.get_secret_value()
+    services.exports = Exports(services.db, services.archiver, settings.portability, secret)
 
 
 async def checked_services(settings: Settings, *, worker: bool) -> Services:

@@ -11,7 +11,6 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 
-from parley.archive import archiver as archiver_module
 from parley.archive.archiver import chat_key
 from parley.blobs.interface import BlobNotFound
 from parley.services import Services
@@ -179,7 +178,7 @@ async def test_a_crash_at_any_step_loses_nothing(
         raise _Crash(step)
 
     if step == "mark":
-        monkeypatch.setattr(archiver_module.archives, "mark_archived", crash)
+        monkeypatch.setattr(archives, "mark_archived", crash)
     else:
         monkeypatch.setattr(mover, step, crash)
     with pytest.raises(_Crash):

@@ -1,4 +1,4 @@
-"""``parley user create / set-tier / list``: user administration from the command line."""
+"""``parley user create / set-tier / list / export / delete``: users from the command line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parley.config import Settings
+from parley.portability.admin import add_data_parsers
 from parley.store.database import Database
 
 
@@ -32,6 +33,7 @@ def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser],
     list_ = user_sub.add_parser("list", help="list users")
     settings_args(list_)
     list_.set_defaults(handler=user_list)
+    add_data_parsers(user_sub, settings_args)  # parley user export / delete
 
 
 async def user_create(args: argparse.Namespace, settings: Settings) -> int:

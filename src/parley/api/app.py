@@ -13,7 +13,18 @@ from parley.api.edge import Edge
 from parley.api.error_responses import install_error_handlers
 from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
-from parley.api.routes import auth, chats, health, keys, metrics, models, openai, runs
+from parley.api.routes import (
+    auth,
+    chats,
+    health,
+    keys,
+    metrics,
+    models,
+    openai,
+    portability,
+    runs,
+)
+from parley.api.routes.portability import IMPORTS_PATH
 from parley.api.web import SecurityHeaders, mount_web
 from parley.services import Services
 
@@ -41,12 +52,13 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
-    for module in (health, metrics, auth, keys, models, chats, runs, openai):
+    for module in (health, metrics, auth, keys, models, chats, runs, openai, portability):
         app.include_router(module.router)
     mount_web(app)
     if docs:
         mount_docs(app)
-    app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes)
+    imports = {IMPORTS_PATH: services.settings.portability.max_import_bytes}
+    app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes, larger=imports)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(Edge)  # request ids, 500s, no-store, relative redirects
     install_hsts(app, services.settings)  # outermost: Edge's own 500s carry it too

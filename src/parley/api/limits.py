@@ -11,19 +11,22 @@ from parley.errors import PayloadTooLarge
 
 
 class BodyLimit:
-    """Answers 413 for bodies over ``max_bytes``, declared or streamed (chunked)."""
+    """Answers 413 for bodies over ``max_bytes`` (or a route's own limit in ``larger``:
+    imports take files), declared or streamed (chunked)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope["path"], self.max_bytes)
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            await self._reject(send)
+        if declared is not None and declared > limit:
+            await self._reject(send, limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -35,15 +38,15 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                await self._reject(send)
+            if size > limit:
+                await self._reject(send, limit)
                 return
             chunks.append(body)
             more = message.get("more_body", False)
         await self.app(scope, _replay_body(b"".join(chunks), receive), send)
 
-    async def _reject(self, send: Send) -> None:
-        error = PayloadTooLarge(f"the request body exceeds {self.max_bytes} bytes")
+    async def _reject(self, send: Send, limit: int) -> None:
+        error = PayloadTooLarge(f"the request body exceeds {limit} bytes")
         body = json.dumps(error_body(error)).encode()
         await send(
             {

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
 from parley.config import EngineKind
-from parley.domain import MessageRole, MessageStatus
+from parley.domain import ExportStatus, MessageRole, MessageStatus
 
 
 def _storable(value: str) -> str:
@@ -271,3 +271,42 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]
+
+
+class ExportOut(BaseModel):
+    """An export of all the user's chats: a zip of ``parley-export.json`` (every message
+    and run's metadata) and one Markdown file per chat."""
+
+    id: str
+    object: Literal["export"] = "export"
+    status: ExportStatus
+    chats: int | None = None
+    messages: int | None = None
+    bytes: int | None = None
+    error: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+    expires_at: datetime | None = Field(default=None, description="The file is deleted then.")
+    download_url: str | None = Field(
+        default=None,
+        description="Once ready: a link that needs no session, valid until "
+        "download_url_expires_at (minutes); GET this export again for a fresh one.",
+    )
+    download_url_expires_at: datetime | None = None
+
+
+class ExportList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ExportOut]
+
+
+class ImportOut(BaseModel):
+    object: Literal["import"] = "import"
+    source: str = Field(description="parley or chatgpt: what the file was read as")
+    chats: int
+    messages: int
+    chat_ids: list[str]
+
+
+class AccountDelete(Strict):
+    password: Annotated[Text, Field(min_length=1, max_length=1024)]

@@ -78,7 +78,7 @@ class PortabilitySettings(BaseModel):
         default=24 * 3600, gt=0, description="a finished export's file is kept this long"
     )
     export_stale_seconds: float = Field(
-        default=600, gt=0, description="an export silent this long is failed by the sweeper"
+        default=3600, gt=0, description="an export pending this long is failed (its process died)"
     )
     max_import_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     max_import_chats: int = Field(default=10_000, gt=0)

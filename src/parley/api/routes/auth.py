@@ -69,7 +69,7 @@ async def logout(who: SessionPrincipalDep, response: Response, svc: ServicesDep)
     """Revoke the current session and clear its cookies."""
     await svc.accounts.logout(who)
     response.status_code = status.HTTP_204_NO_CONTENT
-    _clear_cookies(response)
+    clear_cookies(response)
     return response
 
 
@@ -79,7 +79,7 @@ async def logout_everywhere(
 ) -> SessionsEnded:
     """End every session of the user, this one included (API keys are revoked apart)."""
     ended = await svc.accounts.logout_everywhere(who)
-    _clear_cookies(response)
+    clear_cookies(response)
     return SessionsEnded(ended=ended)
 
 
@@ -122,11 +122,11 @@ async def end_session(
     """End one of the user's sessions (this one too: then its cookies are cleared)."""
     await svc.accounts.end_session(who, session_id)
     if session_id == who.credential_id:
-        _clear_cookies(response)
+        clear_cookies(response)
     return Deleted(id=session_id, object="session.deleted")
 
 
-def _clear_cookies(response: Response) -> None:
+def clear_cookies(response: Response) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")
 

@@ -1,0 +1,129 @@
+"""A user's data: export every chat (a background job, a short-lived link), import chats
+(parley's own export, ChatGPT's), delete the account with everything it holds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
+
+from parley.api.deps import ClientAddressDep, PrincipalDep, ServicesDep, SessionPrincipalDep
+from parley.api.routes import AUTHED, BODY, errors
+from parley.api.routes.auth import clear_cookies
+from parley.api.schemas import AccountDelete, Deleted, ExportList, ExportOut, ImportOut
+from parley.domain import ExportStatus
+from parley.portability.reader import ImportLimits, read_import
+from parley.services import Services
+from parley.store.imports import import_chats
+from parley.store.schema import Export
+
+router = APIRouter(prefix="/api", tags=["your data"])
+
+IMPORTS_PATH = "/api/imports"
+
+
+@router.post(
+    "/exports",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ExportOut,
+    responses=errors(*AUTHED),
+)
+async def start_export(who: PrincipalDep, svc: ServicesDep) -> ExportOut:
+    """Start an export of all the user's chats; poll it until ``status`` is ``ready``."""
+    return _export_out(await svc.exports.start(who.user_id), svc)
+
+
+@router.get("/exports", response_model=ExportList, responses=errors(*AUTHED))
+async def list_exports(who: PrincipalDep, svc: ServicesDep) -> ExportList:
+    """The user's latest exports, newest first."""
+    return ExportList(data=[_export_out(e, svc) for e in await svc.exports.list(who.user_id)])
+
+
+@router.get("/exports/{export_id}", response_model=ExportOut, responses=errors(*AUTHED, 404))
+async def get_export(export_id: str, who: PrincipalDep, svc: ServicesDep) -> ExportOut:
+    return _export_out(await svc.exports.get(who.user_id, export_id), svc)
+
+
+@router.get(
+    "/exports/{export_id}/download",
+    responses={200: {"content": {"application/zip": {}}}, **errors(404, 409)},
+)
+async def download_export(
+    export_id: str, svc: ServicesDep, token: Annotated[str, Query(max_length=200)]
+) -> Response:
+    """The export's zip, by the link ``GET /api/exports/{id}`` hands out (no session)."""
+    export, data = await svc.exports.download(export_id, token)
+    day = export.created_at.astimezone(UTC).strftime("%Y-%m-%d")
+    name = f"parley-export-{day}.zip"
+    return Response(
+        data,
+        media_type="application/zip",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@router.post(
+    "/imports",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ImportOut,
+    responses=errors(*AUTHED, *BODY),
+)
+async def import_file(
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    filename: Annotated[str, Query(max_length=255)] = "upload",
+) -> ImportOut:
+    """Import chats from a file sent as the request body: parley's export (its zip or its
+    ``parley-export.json``), or ChatGPT's (its zip, ``conversations.json`` or one of the
+    ``conversations-NNN.json`` files a newer export is split into: send each). Read by
+    content, not by name; all of the file's chats or none."""
+    limits = svc.settings.portability
+    batch = read_import(
+        filename,
+        await request.body(),
+        limits=ImportLimits(
+            max_chats=limits.max_import_chats, max_messages=limits.max_import_messages
+        ),
+    )
+    async with svc.db.transaction() as s:
+        result = await import_chats(s, user_id=who.user_id, batch=batch)
+    return ImportOut(
+        source=batch.source,
+        chats=result.chats,
+        messages=result.messages,
+        chat_ids=list(result.chat_ids),
+    )
+
+
+@router.delete("/me", response_model=Deleted, responses=errors(*AUTHED, *BODY, 429))
+async def delete_account(
+    body: AccountDelete,
+    who: SessionPrincipalDep,
+    svc: ServicesDep,
+    client: ClientAddressDep,
+    response: Response,
+) -> Deleted:
+    """Delete the account and everything it holds: chats, messages, runs, keys, sessions,
+    archived chats and exports in the blob store. Needs the password (422 ``wrong_password``)."""
+    await svc.accounts.confirm_password(who, body.password, client, param="password")
+    await delete_user_data(svc, who.user_id)
+    clear_cookies(response)
+    return Deleted(id=who.user_id, object="user.deleted")
+
+
+async def delete_user_data(svc: Services, user_id: str) -> None:
+    """The user's objects first, then their rows: a failure between leaves an account the
+    user can delete again, never objects no account owns."""
+    await svc.archiver.delete_user_objects(user_id)
+    await svc.accounts.delete_user(user_id)
+
+
+def _export_out(export: Export, svc: Services) -> ExportOut:
+    out = ExportOut.model_validate(export, from_attributes=True)
+    if export.status is ExportStatus.READY:
+        token, expires = svc.exports.link_token(export.id)
+        out.download_url = f"/api/exports/{export.id}/download?token={token}"
+        out.download_url_expires_at = datetime.fromtimestamp(expires, UTC)
+    return out
