@@ -186,7 +186,7 @@ def _prefill(args: argparse.Namespace, curve: Curve, measured: set[str]) -> Give
 
 def _targets(args: argparse.Namespace) -> Targets:
     return Targets(
-        Given(args.ttft_target_ms / 1000, Source.ASSUMED, "a target"),
-        Given(args.itl_target_ms / 1000, Source.ASSUMED, "a target"),
+        Given(args.ttft_target_ms / 1000, Source.ASSUMED, "target"),
+        Given(args.itl_target_ms / 1000, Source.ASSUMED, "target"),
         args.percentile,
     )

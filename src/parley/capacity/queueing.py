@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -114,6 +115,21 @@ class Simulated:
     mean_in_system: float  # time-averaged, over the simulated span
 
 
+def fcfs_starts(
+    arrivals: Sequence[float], services: Sequence[float], servers: int, dispatch: float = 0.0
+) -> list[float]:
+    """When each arrival (in time order) starts on one of ``servers`` FCFS servers: at its
+    arrival + ``dispatch`` if a server is free then, else when the first one frees (Kiefer and
+    Wolfowitz's recursion). ``services[i]`` is how long arrival ``i`` holds its server."""
+    free = [-math.inf] * servers  # when each server is next free (a heap)
+    starts = []
+    for t, service in zip(arrivals, services, strict=True):
+        start = max(t + dispatch, free[0])
+        heapq.heapreplace(free, start + service)
+        starts.append(start)
+    return starts
+
+
 def simulate(
     arrival_rate: float,
     service_times: Sequence[float],
@@ -128,23 +144,12 @@ def simulate(
     if not service_times or servers < 1 or arrival_rate <= 0 or customers < 10:
         raise ValueError("simulate needs service times, a server, a positive rate, customers")
     rng = random.Random(seed)
-    free = [0.0] * servers  # when each server is next free (a heap)
+    arrivals = list(itertools.accumulate(rng.expovariate(arrival_rate) for _ in range(customers)))
+    services = [service_times[rng.randrange(len(service_times))] for _ in range(customers)]
+    starts = fcfs_starts(arrivals, services, servers)
     warm = customers // 10
-    t = 0.0
-    waits: list[float] = []
-    busy = 0.0  # Σ (wait + service) of the counted customers
-    first = 0.0
-    for i in range(customers):
-        t += rng.expovariate(arrival_rate)
-        service = service_times[rng.randrange(len(service_times))]
-        start = max(t, free[0])
-        heapq.heapreplace(free, start + service)
-        if i == warm:
-            first = t
-        if i >= warm:
-            waits.append(start - t)
-            busy += start - t + service
-    waits.sort()
+    waits = sorted(s - t for s, t in zip(starts[warm:], arrivals[warm:], strict=True))
+    span = arrivals[-1] - arrivals[warm]
     n = len(waits)
     return Simulated(
         customers=n,
@@ -152,7 +157,8 @@ def simulate(
         p95_wait=waits[min(n - 1, int(0.95 * n))],
         p99_wait=waits[min(n - 1, int(0.99 * n))],
         p_wait=sum(w > 0 for w in waits) / n,
-        mean_in_system=busy / (t - first) if t > first else math.nan,
+        # Little's law over the counted customers: Σ (wait + service) ÷ the span they arrived in
+        mean_in_system=(sum(waits) + sum(services[warm:])) / span if span > 0 else math.nan,
     )
 
 

@@ -59,8 +59,8 @@ def inputs(plan: Plan) -> list[str]:
         f"  engine TTFT         {_ms(r.prefill_s.value)} {_tag(r.prefill_s)}",
         f"  service Cs², Ca²    {r.service_cv2.value:g} {_tag(r.service_cv2)},"
         f" {r.arrival_cv2.value:g} {_tag(r.arrival_cv2)}",
-        f"  targets             TTFT {g.percentile} ≤ {_ms(g.ttft_s.value)} {_tag(g.ttft_s)},"
-        f" ITL ≤ {_ms(g.itl_s.value)} {_tag(g.itl_s)}",
+        f"  targets             TTFT {g.percentile} ≤ {_ms(g.ttft_s.value)},"
+        f" ITL ≤ {_ms(g.itl_s.value)} [targets]",
     ]
     return lines
 
@@ -70,7 +70,7 @@ def kv(plan: Plan) -> list[str]:
     per = plan.kv_bytes_per_token
     lines = [
         f"KV cache ({m.name}: {m.layers} layers, {m.kv_heads} KV heads, head dim {m.head_dim},"
-        f" {m.kv_dtype} = {dtype_bits(m.kv_dtype) / 8:g} bytes an element)",
+        f" {m.kv_dtype}: {dtype_bits(m.kv_dtype) / 8:g} byte(s) an element)",
         f"  per token      2 x {m.layers} x {m.kv_heads} x {m.head_dim}"
         f" x {dtype_bits(m.kv_dtype) / 8:g} = {per:,} bytes = {human_bytes(per)}",
     ]
@@ -86,7 +86,7 @@ def kv(plan: Plan) -> list[str]:
     if memory is not None:
         full = m.context_length * per
         lines += [
-            f"  per replica    {human_bytes(memory.value)} holds {plan.by_memory:,} sequences"
+            f"  per replica    {memory.value / 1e9:,.4g} GB holds {plan.by_memory:,} sequences"
             f" at {ctx:,.0f} tokens",
             f"                 {int(memory.value // full):,} at the model's full"
             f" {m.context_length:,}-token window ({human_bytes(full)} each)",
