@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/engine.py [--precisions fp32,bf16,int8,int4]
         [--peers llama-f32,llama-f32-f16kv,llama-q8_0,llama-q4_0,llama-q4_1,vllm]
-        [--levels 1,8,32,64] [--rounds 2] [--quick] [--quality] [--classic]
+        [--levels 1,8,32,64] [--rounds 2] [--quick] [--quality] [--classic] [--json PATH]
 
 Peers (the default section): parley's engine in-process (``BuiltinEngine``, no HTTP) in each
 precision against llama.cpp's ``llama-server`` on the bundled model as F32/Q8_0/Q4_0/Q4_1 GGUFs
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -404,6 +405,8 @@ async def peers_section(args: argparse.Namespace, loaded: LoadedModel) -> None:
                         flush=True,
                     )
         print_peer_tables(args, levels, live, sides, missing)
+        if args.json:
+            write_json(args.json, args.tokens, {s.name: (s.label, s.rounds) for s in live})
         print(f"\npeers section: {time.perf_counter() - started:.0f} s")
         if args.quality:
             for side in sides:
@@ -421,6 +424,25 @@ async def peers_section(args: argparse.Namespace, loaded: LoadedModel) -> None:
             side.close()
             if isinstance(side, ParleySide):
                 await side.aclose()
+
+
+def write_json(
+    path: Path, tokens: int, sides: dict[str, tuple[str, dict[int, list[dict[str, Any]]]]]
+) -> None:
+    """The throughput curve per side, for ``parley capacity --curve-json PATH``: per level the
+    means of the rounds (tokens/s, ITL p50 and TTFT p50 in seconds)."""
+    out: dict[str, Any] = {"source": "bench/engine.py", "output_tokens": tokens, "sides": {}}
+    for name, (label, rounds) in sides.items():
+        levels = {
+            str(n): {
+                k: sum(r[k] for r in rows) / len(rows) for k in ("tok_s", "itl_p50", "ttft_p50")
+            }
+            for n, rows in sorted(rounds.items())
+            if rows
+        }
+        out["sides"][name] = {"label": label, "levels": levels}
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"curve written to {path}")
 
 
 def print_peer_tables(
@@ -514,6 +536,9 @@ async def classic(args: argparse.Namespace, loaded: LoadedModel) -> None:
     engine = BuiltinEngine(load_model(None), BuiltinEngineConfig(kv_cache_tokens=131_072))
     levels = [int(x) for x in args.levels.split(",")]
     rows = {n: await concurrent(engine, n, args.tokens) for n in levels}
+    if args.json and args.no_peers:  # (else the peers section wrote it)
+        runs = {n: [{**r, "itl_p50": r["itl50"], "ttft_p50": r["ttft50"]}] for n, r in rows.items()}
+        write_json(args.json, args.tokens, {"engine-classic": ("engine (classic)", runs)})
     prompt_len, cold, warm = await prefix_turn(engine)
     hits = engine.core.blocks.hit_rate
     await engine.close()
@@ -574,6 +599,9 @@ async def main() -> None:
     parser.add_argument("--classic", action="store_true", help="the sections (a)-(d) as well")
     parser.add_argument("--no-peers", action="store_true", help="skip the peers section")
     parser.add_argument("--baseline-requests", type=int, default=32)
+    parser.add_argument(
+        "--json", type=Path, help="write each side's tokens/s, ITL and TTFT per level to PATH"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     loaded = load_model(None)

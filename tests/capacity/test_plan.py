@@ -65,6 +65,7 @@ def test_long_contexts_make_memory_the_limit() -> None:
     assert plan.by_memory == int(20e9 // (8192 * 163_840)) == 14
     assert plan.limit == "memory"
     assert plan.concurrency == 14
+    assert plan.by_latency > plan.by_memory  # what the ITL target alone would allow
 
 
 def test_the_replica_count_is_the_fewest_that_meets_the_ttft_target() -> None:

@@ -102,7 +102,7 @@ class Plan:
     kv_bytes_per_token: int
     kv_bytes_per_sequence: float
     by_memory: int | None  # sequences a replica's KV memory holds (None: not given)
-    by_latency: int  # sequences within the ITL target
+    by_latency: int  # sequences within the ITL target (memory aside)
     concurrency: int  # c* = min of the two
     limit: str  # "latency" or "memory"
     itl_s: float  # at c*
@@ -174,7 +174,7 @@ def make_plan(inputs: Inputs) -> Plan:
             raise CapacityInputError(
                 f"one sequence's KV ({kv_seq:,.0f} bytes) does not fit the KV memory"
             )
-    by_latency = latency_limit(r.curve, g.itl_s.value, by_memory or MAX_CONCURRENCY)
+    by_latency = latency_limit(r.curve, g.itl_s.value, MAX_CONCURRENCY)
     c = by_latency if by_memory is None else min(by_latency, by_memory)
     limit = "memory" if by_memory is not None and by_memory <= by_latency else "latency"
     itl = r.curve.itl(c)
