@@ -46,6 +46,7 @@ from tests.builders import (
     sqlite_url,
     truncate,
 )
+from tests.seaweed import S3Server, seaweed
 
 # Under xdist three workers share two cores: one torch (OpenMP) thread each, or their
 # spinning threads, the machine's other load and each other stall the model tests for minutes.
@@ -53,6 +54,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 STACKS = [s for s in ("sqlite-memory", "postgres-redis") if s.split("-")[0] in BACKENDS]
+
+BLOB_KINDS = ("local", "s3")
 
 SLOW_TIMEOUT = 300  # seconds, for tests marked slow (the default is pyproject's ``timeout``)
 
@@ -176,3 +179,20 @@ async def run_client(run_services: Services) -> AsyncIterator[httpx.AsyncClient]
     app = create_app(run_services, close_services=False)
     async with served(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS), one per xdist worker, started when first asked for."""
+    with seaweed(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
+
+
+@pytest.fixture(params=BLOB_KINDS)
+def blob_settings(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """The ``blobs`` settings of each store: a directory, and a real S3 server (each test's
+    keys under a prefix of its own)."""
+    if request.param == "local":
+        return {"kind": "local", "dir": str(tmp_path / "blobs")}
+    server: S3Server = request.getfixturevalue("s3_server")
+    return server.blob_settings(prefix=f"t/{tmp_path.name}")

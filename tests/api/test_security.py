@@ -15,7 +15,14 @@ from parley.services import Services
 from parley.store.schema import Session
 from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
 
-PUBLIC = {"/healthz", "/readyz", "/api/auth/signup", "/api/auth/login"}
+# an export's download is authorized by its signed link, not a credential
+PUBLIC = {
+    "/healthz",
+    "/readyz",
+    "/api/auth/signup",
+    "/api/auth/login",
+    "/api/exports/{export_id}/download",
+}
 BODIES = {
     ("PATCH", "/api/chats/{chat_id}"): {"title": "mine now"},
     ("POST", "/api/chats/{chat_id}/messages"): {"content": "mine now"},
@@ -42,7 +49,9 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
     )
     assert run.status_code == 202, run.text
     sessions = (await client.get("/api/sessions", headers=auth)).json()["data"]
+    export = (await client.post("/api/exports", headers=auth)).json()
     return {
+        "export_id": export["id"],
         "chat_id": chat["id"],
         "key_id": key["id"],
         "run_id": run.json()["run_id"],

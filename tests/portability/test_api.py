@@ -14,7 +14,6 @@ import pytest
 
 from parley.archive.archiver import user_prefix
 from parley.services import Services
-from tests.archive.conftest import blob_settings, run_overrides, s3_server  # noqa: F401
 from tests.archive.test_archive import _age, _chat_with_answers, _history
 from tests.helpers import PASSWORD, assert_error, user_headers
 from tests.waiting import eventually

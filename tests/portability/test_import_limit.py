@@ -8,12 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.archive.conftest import blob_settings, s3_server  # noqa: F401
 from tests.helpers import assert_error, user_headers
 
 
 @pytest.fixture
-def run_overrides(blob_settings: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+def run_overrides(blob_settings: dict[str, Any]) -> dict[str, Any]:
     return {"blobs": blob_settings, "portability": {"max_import_bytes": 4096}}
 
 

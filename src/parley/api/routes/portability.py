@@ -50,7 +50,7 @@ async def get_export(export_id: str, who: PrincipalDep, svc: ServicesDep) -> Exp
     responses={200: {"content": {"application/zip": {}}}, **errors(404, 409)},
 )
 async def download_export(
-    export_id: str, svc: ServicesDep, token: Annotated[str, Query(max_length=200)]
+    export_id: str, svc: ServicesDep, token: Annotated[str, Query(max_length=200)] = ""
 ) -> Response:
     """The export's zip, by the link ``GET /api/exports/{id}`` hands out (no session)."""
     export, data = await svc.exports.download(export_id, token)
