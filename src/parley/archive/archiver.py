@@ -67,7 +67,9 @@ class Archiver:
 
     async def archive_due(self, *, idle_for: timedelta | None = None) -> Report:
         """Archive every chat idle longer than ``idle_for`` (default: ``after_days``)."""
-        idle_since = utcnow() - (idle_for or timedelta(days=self.settings.after_days))
+        if idle_for is None:
+            idle_for = timedelta(days=self.settings.after_days)
+        idle_since = utcnow() - idle_for
         report = Report()
         after: tuple[datetime, str] | None = None
         while True:

@@ -46,12 +46,15 @@ export function newKey() {
 }
 
 /** Send a request; resolves to the Response when it is 2xx, else throws ApiError. */
-export async function send(method, path, { json, headers = {}, signal, accept } = {}) {
+export async function send(method, path, { json, body, headers = {}, signal, accept } = {}) {
   const init = { method, headers: { ...headers }, signal, credentials: "same-origin" };
   init.headers.Accept = accept || "application/json";
   if (json !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(json);
+  } else if (body !== undefined) {
+    init.headers["Content-Type"] = "application/octet-stream";
+    init.body = body; // a File: sent as it is
   }
   if (UNSAFE.has(method)) {
     const token = csrfToken();

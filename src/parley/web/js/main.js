@@ -4,6 +4,7 @@
 import { AccountPanel, AuthForm, logout } from "./account.js";
 import { Banner } from "./banner.js";
 import { Conversation } from "./conversation.js";
+import { DataPanel } from "./data.js";
 import { byId } from "./dom.js";
 import { ModelPicker } from "./models.js";
 import { Notices } from "./notices.js";
@@ -37,6 +38,16 @@ class App {
         runFinished: () => this.account.refresh(),
         streamingChanged: (streaming) => this.setStreaming(streaming),
         restoreDraft: (text) => this.restoreDraft(text),
+      },
+    });
+    this.data = new DataPanel({
+      notices: this.notices,
+      hooks: {
+        imported: () => this.sidebar.reset(),
+        deleted: () => {
+          history.replaceState(null, "", "/");
+          this.showAuth("Your account and all its data are deleted.");
+        },
       },
     });
     this.prompt = byId("prompt");

@@ -74,9 +74,10 @@ export class Sidebar {
       event.preventDefault();
       this.hooks.select(chat.id);
     });
+    if (chat.archived_at) link.title = "Archived: reads as before; a new message brings it back";
     const li = h(
       "li",
-      { class: "chat-item", dataset: { chatId: chat.id } },
+      { class: chat.archived_at ? "chat-item archived" : "chat-item", dataset: { chatId: chat.id } },
       link,
       h("span", { class: "chat-actions" },
         h("button", {
