@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from parley import logs
 from parley.accounts.admin import add_user_parser
 from parley.archive.admin import add_archive_parsers
+from parley.capacity.cli import add_capacity_parser
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.safety.admin import add_runs_parser
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     add_user_parser(sub, _settings_args)  # parley user create / set-tier / list / delete / export
     add_runs_parser(sub, _settings_args)  # parley runs refused
     add_archive_parsers(sub, _settings_args)  # parley archive, parley stats
+    add_capacity_parser(sub)  # parley capacity
     return parser
 
 
