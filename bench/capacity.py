@@ -9,9 +9,10 @@ slots, each run ``TTFT + (tokens - 1) x ITL`` in the engine (~1 s by default). P
 limits, budgets and shedding are out of reach (one tier, as bench/overload.py's baseline).
 
 1. Calibration, every figure measured (the settings only pick the rates):
-   * low load (one request every ``engine time ÷ 4`` s: about 4 of the slots busy, nothing
-     waits): parley's dispatch time W0, ``started_at - created_at`` with a slot free
-     (enqueue, the worker's dequeue, the claim);
+   * low load (Poisson arrivals at a quarter of the engine's pace for ``--calibrate`` s:
+     about 2 of the slots busy, nobody waits for one): parley's dispatch time W0,
+     ``started_at - created_at`` with a slot free (enqueue, the worker's dequeue, the claim),
+     under arrivals as bursty as the loads';
    * a closed loop of ``slots + --queued`` clients for ``--saturate`` s (every slot busy,
      ``--queued`` runs always waiting, as when runs queue under load): the run's own time
      ``finished_at - started_at`` (mean, and its squared coefficient of variation Cs²) and
@@ -67,6 +68,7 @@ USERS = 16
 REQUEST_TIMEOUT = 120.0
 GOAL = 0.15  # within 15 % at 50 % and 80 % load
 BAND_WINDOWS = 200
+LOW_LOAD = 0.25  # x the pace's capacity: the calibration's low load (nobody waits)
 BUSY = 0.8  # the machine's share busy above which a load's figures are suspect
 
 
@@ -230,9 +232,11 @@ async def calibrate(
     client: httpx.AsyncClient, keys: list[str], args: argparse.Namespace
 ) -> Calibration:
     engine = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1000
-    gap = engine / 4
-    low, _ = await play(client, keys, [i * gap for i in range(args.calibrate)], args.tokens, "low")
-    waits = [w for r in low if (w := r.wait) is not None]
+    low_rate = LOW_LOAD * args.slots / engine  # the pace's capacity, only to pick a rate
+    at = poisson(low_rate, args.calibrate, args.seed - 1)
+    low, _ = await play(client, keys, at, args.tokens, "low")
+    waited = {id(r) for r in waiting(low)}
+    waits = [w for r in low if (w := r.wait) is not None and id(r) not in waited]
     busy = await closed_loop(client, keys, args.slots + args.queued, args.saturate, args.tokens)
     times = [t for r in busy if (t := r.own_time) is not None]
     handoff = handoffs(busy)
@@ -269,6 +273,18 @@ async def closed_loop(
     await asyncio.gather(*(one(i) for i in range(clients)))
     await read_runs(client, runs)
     return runs
+
+
+def waiting(runs: list[Run]) -> list[Run]:
+    """The runs that waited for a slot: a run finished between their creation and start."""
+    finishes = sorted(r.finished for r in runs if r.finished is not None)
+    out = []
+    for r in runs:
+        if r.created is not None and r.started is not None:
+            i = bisect.bisect_left(finishes, r.started)
+            if i and finishes[i - 1] > r.created:
+                out.append(r)
+    return out
 
 
 def handoffs(runs: list[Run]) -> list[float]:
@@ -542,7 +558,7 @@ def main() -> None:
     parser.add_argument("--loads", default="0.5,0.8,0.95", help="x the measured capacity")
     parser.add_argument("--duration", type=float, default=60, help="s of arrivals a load")
     parser.add_argument("--ramp", type=float, default=5, help="s left out at a load's start")
-    parser.add_argument("--calibrate", type=int, default=40, help="low-load requests")
+    parser.add_argument("--calibrate", type=float, default=20, help="s of the low load")
     parser.add_argument("--saturate", type=float, default=20, help="s of the closed loop")
     parser.add_argument(
         "--queued", type=int, default=4, help="runs kept queued in it (slots + this clients)"
