@@ -12,13 +12,14 @@ limits, budgets and shedding are out of reach (one tier, as bench/overload.py's 
    * low load (Poisson arrivals at a quarter of the engine's pace for ``--calibrate`` s:
      about 2 of the slots busy, nobody waits for one): parley's dispatch time W0,
      ``started_at - created_at`` with a slot free (enqueue, the worker's dequeue, the claim),
-     under arrivals as bursty as the loads';
+     under arrivals as bursty as the loads'; and the run's own time ``finished_at -
+     started_at`` (mean, and its squared coefficient of variation Cs²: in the closed loop
+     below, with more streams open, it runs ~1 % longer than under any of the loads);
    * a closed loop of ``slots + --queued`` clients for ``--saturate`` s (every slot busy,
-     ``--queued`` runs always waiting, as when runs queue under load): the run's own time
-     ``finished_at - started_at`` (mean, and its squared coefficient of variation Cs²) and
-     the handoff, a queued run's ``started_at`` - the last ``finished_at`` before it (the
-     worker's release of the slot, its dequeue and claim). The service time the queue sees
-     is a slot's turn, S = run time + handoff; capacity = slots ÷ S.
+     ``--queued`` runs always waiting, as when runs queue under load): the handoff, a queued
+     run's ``started_at`` - the last ``finished_at`` before it (the worker's release of the
+     slot, its dequeue and claim). The service time the queue sees is a slot's turn,
+     S = run time + handoff; capacity = slots ÷ S.
 2. Open-loop Poisson arrivals at each of ``--loads`` x capacity for ``--duration`` s, every
    request a ``POST /v1/chat/completions`` stream read to ``[DONE]``. Measured over the
    steady window (``--ramp`` s to the last arrival): the time-averaged concurrency L (runs
@@ -215,9 +216,9 @@ def poisson(rate: float, duration: float, seed: int) -> list[float]:
 
 @dataclass
 class Calibration:
-    run_time: float  # mean finished - started with every slot busy (closed loop), s
+    run_time: float  # mean finished - started at low load, s
     run_cv2: float  # its Cs²
-    low_run_time: float  # the same at low load, s (for the report)
+    busy_run_time: float  # the same in the closed loop, s (for the report)
     dispatch: float  # W0: mean started - created with a slot free (low load), s
     handoff: float  # a queued run's start - the finish that freed its slot, s (closed loop)
     service: float  # S: a slot's turn = run time + handoff
@@ -237,8 +238,8 @@ async def calibrate(
     low, _ = await play(client, keys, at, args.tokens, "low")
     waited = {id(r) for r in waiting(low)}
     waits = [w for r in low if (w := r.wait) is not None and id(r) not in waited]
+    times = [t for r in low if (t := r.own_time) is not None]
     busy = await closed_loop(client, keys, args.slots + args.queued, args.saturate, args.tokens)
-    times = [t for r in busy if (t := r.own_time) is not None]
     handoff = handoffs(busy)
     if not waits or not times or not handoff:
         raise SystemExit("calibration measured nothing: see the processes' logs")
@@ -246,7 +247,7 @@ async def calibrate(
     return Calibration(
         run_time=run_time,
         run_cv2=squared_cv(times),
-        low_run_time=_mean([t for r in low if (t := r.own_time) is not None]),
+        busy_run_time=_mean([t for r in busy if (t := r.own_time) is not None]),
         dispatch=_mean(waits),
         handoff=_mean(handoff),
         service=run_time + _mean(handoff),
@@ -426,7 +427,8 @@ def report(cal: Calibration, rows: list[Row], args: argparse.Namespace, seconds:
     )
     print(
         f"calibration (measured): run time {cal.run_time * 1000:.1f} ms (Cs² {cal.run_cv2:.4f}),"
-        f" at low load {cal.low_run_time * 1000:.1f} ms; dispatch W0 {cal.dispatch * 1000:.1f} ms,"
+        f" in the closed loop {cal.busy_run_time * 1000:.1f} ms;"
+        f" dispatch W0 {cal.dispatch * 1000:.1f} ms,"
         f" handoff {cal.handoff * 1000:.1f} ms ({cal.samples} queued runs, closed loop):"
         f" S = run time + handoff = {cal.service * 1000:.1f} ms,"
         f" capacity {cal.capacity(args.slots):.2f} runs/s"
