@@ -113,3 +113,15 @@ def test_a_missing_required_flag_is_argparses_exit_2(capsys: pytest.CaptureFixtu
     code, _, err = capacity(["--rate", "1"], capsys)
     assert code == 2
     assert "--prompt-tokens" in err
+
+
+def test_parley_capacity_through_the_parley_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from parley.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no parley.toml of the checkout's
+    assert main(["capacity", *SEED]) == 0
+    assert "163,840 bytes = 160 KiB" in capsys.readouterr().out
+    assert main(["capacity", *SEED, "--active-fraction", "0"]) == 2
+    assert "active fraction must be in (0, 1]" in capsys.readouterr().err
