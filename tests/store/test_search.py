@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from alembic import command
-from sqlalchemy import delete, inspect, update
+from sqlalchemy import delete, inspect, text, update
 from sqlalchemy.engine import Connection
 
 from parley.domain import MessageRole, MessageStatus, RunStatus, utcnow
@@ -65,6 +65,24 @@ async def say(db: Database, user_id: str, chat_id: str, *said: Said | str) -> li
             )
             made.append(await chats.add_message(s, message))
     return made
+
+
+async def say_at_0007(db: Database, user_id: str, chat_id: str, content: str) -> None:
+    """A user's message written as the code of revision 0007 wrote it (today's code knows
+    columns that schema lacks)."""
+    bump = (
+        "UPDATE chats SET message_count = message_count + 1 WHERE id = :chat "
+        "RETURNING message_count"
+    )
+    insert = (
+        "INSERT INTO messages (id, user_id, chat_id, seq, role, content, status, created_at, "
+        "updated_at) VALUES (:id, :user, :chat, :seq, 'user', :content, 'completed', "
+        "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+    )
+    async with db.transaction() as s:
+        seq = await s.scalar(text(bump), {"chat": chat_id})
+        values = {"user": user_id, "chat": chat_id, "seq": seq, "content": content}
+        await s.execute(text(insert), {"id": chats.new_message_id(), **values})
 
 
 async def search(
@@ -326,7 +344,7 @@ async def test_the_migration_goes_down_and_up_again(db: Database) -> None:
         await downgrade(db, "0007")
         assert await current_revision(db) == "0007"
         assert await objects(db) == set()
-        await say(db, user, chat, "a heron while it was down")
+        await say_at_0007(db, user, chat, "a heron while it was down")
     finally:
         await upgrade(db)
     assert await objects(db) == made

@@ -115,10 +115,9 @@ class Submitter:
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         new = self._validate(who, chat_id, req, idempotency_key)
-        await self._unarchive(who.user_id, chat_id)
         await self.costs.check_message(new)  # before admission: one that can never fit
         earlier = await self._moderate(new, req.content)
-        return earlier or await self._admit(new, self.costs.chat_tokens)
+        return earlier or await self._admit(new, self._chat_prompt)
 
     @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit_program(
@@ -348,13 +347,16 @@ class Submitter:
             )
         return run
 
-    async def _unarchive(self, user_id: str, chat_id: str) -> None:
-        if self._archiver is None:
-            return
-        async with self._db.transaction() as s:
-            chat = await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
-        if chat.archived_at is not None:
-            await self._archiver.restore(chat)
+    async def _chat_prompt(self, new: new_runs.NewRun) -> int:
+        """The tokens of a chat run's prompt, once an archived chat is back (after
+        admission: a refusal reads nothing)."""
+        assert new.chat_id is not None
+        if self._archiver is not None:
+            async with self._db.transaction() as s:
+                chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+            if chat.archived_at is not None:
+                await self._archiver.restore(chat)
+        return await self.costs.chat_tokens(new)
 
     async def _persist(self, new: new_runs.NewRun) -> tuple[Run, bool]:
         """The new run (True), or the run that won a same-key race (False)."""

@@ -62,7 +62,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_exports_user_created", table_name="exports")
     op.drop_table("exports")
-    with op.batch_alter_table("chats", schema=None) as batch_op:
-        batch_op.drop_column("archive_bytes")
-        batch_op.drop_column("archive_key")
-        batch_op.drop_column("archived_at")
+    # plain DROP COLUMN (SQLite 3.35+): a batch rebuild of chats fails while foreign keys
+    # point at it, and would drop migration 0008's triggers on messages
+    for column in ("archive_bytes", "archive_key", "archived_at"):
+        op.execute(f"ALTER TABLE chats DROP COLUMN {column}")
