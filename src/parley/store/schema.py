@@ -140,18 +140,25 @@ class Chat(Base):
     archived_at: Mapped[datetime | None]
     archive_key: Mapped[str | None] = mapped_column(String(300))
     archive_bytes: Mapped[int | None] = mapped_column(Integer)
+    # the newest message of the branch shown (messages form a tree: ``parent_id``)
+    active_leaf_id: Mapped[str | None] = mapped_column(ID)
 
 
 class Message(Base):
     """One turn of a chat; ``seq`` orders a chat's messages without ties."""
 
     __tablename__ = "messages"
-    __table_args__ = (UniqueConstraint("chat_id", "seq", name="uq_messages_chat_seq"),)
+    __table_args__ = (
+        UniqueConstraint("chat_id", "seq", name="uq_messages_chat_seq"),
+        Index("ix_messages_chat_parent", "chat_id", "parent_id"),
+    )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
+    # the message before this one on its branch (None: the chat's first); siblings share it
+    parent_id: Mapped[str | None] = mapped_column(ID)
     role: Mapped[MessageRole] = mapped_column(str_enum(MessageRole, "message_role"))
     content: Mapped[str] = mapped_column(Text)
     status: Mapped[MessageStatus] = mapped_column(str_enum(MessageStatus, "message_status"))
@@ -245,3 +252,40 @@ class Export(Base):
     updated_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
     expires_at: Mapped[datetime | None]
+
+
+class Share(Base):
+    """A read-only snapshot of a chat at an unguessable URL (``/s/<token>``)."""
+
+    __tablename__ = "shares"
+    __table_args__ = (Index("ix_shares_user_created", "user_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    title: Mapped[str] = mapped_column(Text)
+    # the messages of the branch shown when it was published (JSON)
+    snapshot: Mapped[str] = mapped_column(Text)
+    message_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class Attachment(Base):
+    """A file uploaded to a chat: its bytes in the blob store, its text for the prompt;
+    ``message_id`` set once the message it was attached to is sent."""
+
+    __tablename__ = "attachments"
+    __table_args__ = (Index("ix_attachments_user_chat", "user_id", "chat_id"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    chat_id: Mapped[str] = mapped_column(ForeignKey("chats.id", ondelete="CASCADE"))
+    message_id: Mapped[str | None] = mapped_column(ID, index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    media_type: Mapped[str] = mapped_column(String(100))
+    size: Mapped[int] = mapped_column(Integer)
+    blob_key: Mapped[str] = mapped_column(String(300))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
