@@ -31,6 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from parley.attachments.settings import AttachmentSettings
 from parley.blobs.settings import ArchiveSettings, BlobSettings, PortabilitySettings
 from parley.context.settings import ContextSettings
 from parley.engines.settings import (
@@ -213,6 +214,7 @@ class Settings(BaseSettings):
     blobs: BlobSettings = Field(default_factory=BlobSettings)  # archive and exports
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     portability: PortabilitySettings = Field(default_factory=PortabilitySettings)
+    attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)  # issue 21
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(
         default=None, gt=0, description="Runs one worker executes at once; default: engine slots."
