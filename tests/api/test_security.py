@@ -15,13 +15,15 @@ from parley.services import Services
 from parley.store.schema import Session
 from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
 
-# an export's download is authorized by its signed link, not a credential
+# an export's download is authorized by its signed link, not a credential; a shared link
+# is public by design (its token is the capability)
 PUBLIC = {
     "/healthz",
     "/readyz",
     "/api/auth/signup",
     "/api/auth/login",
     "/api/exports/{export_id}/download",
+    "/api/shared/{token}",
 }
 BODIES = {
     ("PATCH", "/api/chats/{chat_id}"): {"title": "mine now"},
@@ -50,12 +52,15 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
     assert run.status_code == 202, run.text
     sessions = (await client.get("/api/sessions", headers=auth)).json()["data"]
     export = (await client.post("/api/exports", headers=auth)).json()
+    share = (await client.post(f"/api/chats/{chat['id']}/shares", headers=auth)).json()
     return {
         "export_id": export["id"],
         "chat_id": chat["id"],
         "key_id": key["id"],
         "run_id": run.json()["run_id"],
         "session_id": sessions[0]["id"],
+        "share_id": share["id"],
+        "token": share["url"].removeprefix("/s/"),
     }
 
 
@@ -66,7 +71,8 @@ async def test_every_route_with_an_id_is_404_for_another_user(
     other = await user_headers(client, "other@example.com")
     ids = await _owned_objects(client, owner)
     app = client._transport.app  # type: ignore[attr-defined]
-    id_routes = [(m, p) for m, p in _operations(app) if "{" in p]
+    # a shared link reads for anyone with its token, another user too
+    id_routes = [(m, p) for m, p in _operations(app) if "{" in p and p != "/api/shared/{token}"]
     assert len(id_routes) >= 9, id_routes
     for method, path in id_routes:
         url = path.format(**ids)

@@ -8,6 +8,7 @@ import { DataPanel } from "./data.js";
 import { byId } from "./dom.js";
 import { ModelPicker } from "./models.js";
 import { Notices } from "./notices.js";
+import { SharesPanel } from "./shares.js";
 import { Sidebar } from "./sidebar.js";
 
 const CHAT_PATH = /^\/c\/([^/]+)\/?$/;
@@ -50,6 +51,7 @@ class App {
         },
       },
     });
+    this.shares = new SharesPanel({ notices: this.notices, chatId: () => this.conversation.chatId });
     this.prompt = byId("prompt");
     this.wireComposer();
     this.wireDrawer();
@@ -105,6 +107,7 @@ class App {
   async openRoute() {
     const chatId = this.routeChatId();
     this.sidebar.setActive(chatId);
+    this.shares.setChat(chatId);
     this.closeDrawer();
     try {
       await this.conversation.open(chatId);
@@ -132,6 +135,7 @@ class App {
     history.pushState(null, "", `/c/${encodeURIComponent(chat.id)}`);
     this.sidebar.touch(chat);
     this.sidebar.setActive(chat.id);
+    this.shares.setChat(chat.id);
   }
 
   async logout() {
