@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -12,18 +13,32 @@ from parley.errors import PayloadTooLarge
 
 class BodyLimit:
     """Answers 413 for bodies over ``max_bytes`` (or a route's own limit in ``larger``:
-    imports take files), declared or streamed (chunked)."""
+    imports take files; or in ``matching``, by a pattern of paths with ids in them:
+    attachments), declared or streamed (chunked)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, larger: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        larger: dict[str, int] | None = None,
+        matching: list[tuple[re.Pattern[str], int]] | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.larger = larger or {}
+        self.matching = matching or []
+
+    def limit(self, path: str) -> int:
+        for pattern, limit in self.matching:
+            if pattern.fullmatch(path):
+                return limit
+        return self.larger.get(path, self.max_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.larger.get(scope["path"], self.max_bytes)
+        limit = self.limit(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await self._reject(send, limit)

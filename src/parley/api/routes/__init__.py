@@ -13,6 +13,7 @@ _DESCRIPTIONS = {
     404: "Not found (or not yours)",
     409: "Conflict",
     413: "Request body too large",
+    415: "Unsupported file type",
     422: "Validation failed",
     429: "Rate limited; see Retry-After",
     503: "Unavailable; see Retry-After",

@@ -1,6 +1,7 @@
 // One message on screen: a user's text (plain) or an assistant's answer (markdown),
 // re-rendered at most once a frame while it streams.
 
+import { fileList } from "./attachments.js";
 import { h } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
@@ -31,7 +32,7 @@ export class MessageView {
       "li",
       { class: `message ${this.role}`, dataset: { role: this.role } },
       h("span", { class: "visually-hidden" }, this.role === "user" ? "You said:" : "parley said:"),
-      h("div", { class: "bubble" }, this.content, this.note),
+      h("div", { class: "bubble" }, fileList(message.attachments), this.content, this.note),
     );
     this.setIds(message);
     this.setStatus(message.status || "completed", message.error ? message.error.message : null);

@@ -1,0 +1,97 @@
+"""Files attached to a chat's next message: upload (the raw file as the body, checked by
+its content), list, remove before sending. ``POST /api/chats/{id}/messages`` sends them
+with ``attachment_ids``; the messages list shows each message's files."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, status
+
+from parley.api.deps import PrincipalDep, ServicesDep
+from parley.api.routes import AUTHED, errors
+from parley.api.schemas import AttachmentList, AttachmentOut, Deleted, MessageOut
+from parley.attachments.service import Attachments
+from parley.services import Services
+from parley.store import attachments
+from parley.store.schema import Attachment
+
+router = APIRouter(prefix="/api", tags=["attachments"])
+
+# the upload's path, for the body limit (api/limits.py): its own, the largest file's size
+UPLOAD_PATH = re.compile(r"/api/chats/[^/]+/attachments")
+
+
+def attachments_of(svc: Services) -> Attachments:
+    return Attachments(svc.db, svc.archiver.blobs, svc.settings.attachments)
+
+
+def upload_limit(svc: Services) -> tuple[re.Pattern[str], int]:
+    return UPLOAD_PATH, svc.settings.attachments.max_bytes
+
+
+@router.post(
+    "/chats/{chat_id}/attachments",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AttachmentOut,
+    responses=errors(400, *AUTHED, 404, 409, 413, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def upload(
+    chat_id: str,
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    filename: Annotated[str, Query(max_length=255)] = "file",
+) -> AttachmentOut:
+    """Attach a file to the chat's next message: the file itself is the request body, its
+    name in ``filename``. Text (UTF-8), Markdown, source code and PDF, told by content:
+    415 ``unsupported_file_type`` for anything else (whatever its name), 415
+    ``encrypted_pdf``, 400 ``empty_file`` / ``pdf_without_text`` / ``unreadable_pdf``, 413
+    over ``attachments.max_bytes`` or ``max_chars``, 409 ``too_many_files``. A refused file
+    leaves nothing stored. Send it with ``attachment_ids`` on the next message."""
+    data = await request.body()
+    made = await attachments_of(svc).upload(who.user_id, chat_id, filename, data)
+    return _out(made)
+
+
+@router.get(
+    "/chats/{chat_id}/attachments",
+    response_model=AttachmentList,
+    responses=errors(*AUTHED, 404),
+)
+async def list_attachments(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> AttachmentList:
+    """The chat's files, oldest first: those sent (``message_id``) and those waiting."""
+    found = await attachments_of(svc).list(who.user_id, chat_id)
+    return AttachmentList(data=[_out(a) for a in found])
+
+
+@router.delete(
+    "/attachments/{attachment_id}",
+    response_model=Deleted,
+    responses=errors(*AUTHED, 404, 409),
+)
+async def remove(attachment_id: str, who: PrincipalDep, svc: ServicesDep) -> Deleted:
+    """Take a file off the message before it is sent (409 ``attachment_sent`` after)."""
+    await attachments_of(svc).remove(who.user_id, attachment_id)
+    return Deleted(id=attachment_id, object="attachment.deleted")
+
+
+async def with_files(svc: Services, user_id: str, messages: list[MessageOut]) -> None:
+    """Each message's files on it (for the messages list)."""
+    async with svc.db.transaction() as s:
+        found = await attachments.of_messages(
+            s, user_id=user_id, message_ids=[m.id for m in messages]
+        )
+    for message in messages:
+        message.attachments = [_out(a) for a in found.get(message.id, [])]
+
+
+def _out(a: Attachment) -> AttachmentOut:
+    return AttachmentOut.model_validate(a, from_attributes=True)
