@@ -30,6 +30,8 @@ BODIES = {
     ("POST", "/api/chats/{chat_id}/messages"): {"content": "mine now"},
     ("POST", "/api/chats"): {"title": "x"},
     ("POST", "/api/keys"): {"name": "x"},
+    ("POST", "/api/chats/{chat_id}/messages/{message_id}/regenerate"): {},
+    ("PUT", "/api/chats/{chat_id}/branch"): {"message_id": "msg_000000000000000000000000"},
 }
 
 
@@ -53,13 +55,22 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
     sessions = (await client.get("/api/sessions", headers=auth)).json()["data"]
     export = (await client.post("/api/exports", headers=auth)).json()
     share = (await client.post(f"/api/chats/{chat['id']}/shares", headers=auth)).json()
+    upload = await client.post(
+        f"/api/chats/{chat['id']}/attachments",
+        params={"filename": "notes.txt"},
+        content=b"secret notes",
+        headers=auth,
+    )
+    assert upload.status_code == 201, upload.text
     return {
         "export_id": export["id"],
         "chat_id": chat["id"],
         "key_id": key["id"],
         "run_id": run.json()["run_id"],
+        "message_id": run.json()["user_message_id"],
         "session_id": sessions[0]["id"],
         "share_id": share["id"],
+        "attachment_id": upload.json()["id"],
         "token": share["url"].removeprefix("/s/"),
     }
 

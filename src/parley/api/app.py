@@ -14,7 +14,9 @@ from parley.api.error_responses import install_error_handlers
 from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
 from parley.api.routes import (
+    attachments,
     auth,
+    branches,
     chats,
     health,
     keys,
@@ -23,10 +25,32 @@ from parley.api.routes import (
     openai,
     portability,
     runs,
+    search,
+    shares,
 )
 from parley.api.routes.portability import IMPORTS_PATH
 from parley.api.web import SecurityHeaders, mount_web
 from parley.services import Services
+
+# every route module's router, in the order the OpenAPI document lists them
+ROUTERS = tuple(
+    module.router
+    for module in (
+        health,
+        metrics,
+        auth,
+        keys,
+        models,
+        chats,
+        runs,
+        attachments,
+        branches,
+        openai,
+        portability,
+        shares,
+        search,
+    )
+)
 
 
 def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
@@ -52,13 +76,16 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
-    for module in (health, metrics, auth, keys, models, chats, runs, openai, portability):
-        app.include_router(module.router)
+    for router in ROUTERS:
+        app.include_router(router)
     mount_web(app)
     if docs:
         mount_docs(app)
     imports = {IMPORTS_PATH: services.settings.portability.max_import_bytes}
-    app.add_middleware(BodyLimit, max_bytes=services.settings.max_body_bytes, larger=imports)
+    uploads = [attachments.upload_limit(services)]
+    app.add_middleware(
+        BodyLimit, max_bytes=services.settings.max_body_bytes, larger=imports, matching=uploads
+    )
     app.add_middleware(SecurityHeaders)
     app.add_middleware(Edge)  # request ids, 500s, no-store, relative redirects
     install_hsts(app, services.settings)  # outermost: Edge's own 500s carry it too

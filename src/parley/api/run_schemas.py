@@ -17,6 +17,38 @@ class MessageCreate(Strict):
     model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    edit_of: Annotated[str, Field(max_length=64)] | None = Field(
+        None,
+        description="A user message this one replaces: the new message becomes its sibling "
+        "(a new branch, shown from now on) and is answered; the old branch stays.",
+    )
+    attachment_ids: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=100)] = (
+        Field(
+            default_factory=list,
+            description="Files uploaded to the chat (`POST /api/chats/{id}/attachments`) to send "
+            "with the message: their text enters its prompt.",
+        )
+    )
+
+
+class Regenerate(Strict):
+    """Answer a message again: another answer beside it, the same or another model."""
+
+    model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+
+
+class BranchSwitch(Strict):
+    message_id: Annotated[str, Field(max_length=64)] = Field(
+        description="Show the branch through this message (its newest continuation)."
+    )
+
+
+class BranchShown(BaseModel):
+    object: Literal["chat.branch"] = "chat.branch"
+    chat_id: str
+    active_leaf_id: str | None
 
 
 class RunAccepted(BaseModel):

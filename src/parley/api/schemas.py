@@ -217,6 +217,22 @@ class MessageError(BaseModel):
     message: str
 
 
+class AttachmentOut(BaseModel):
+    id: str
+    object: Literal["attachment"] = "attachment"
+    chat_id: str
+    message_id: str | None = Field(description="The message it was sent with; null: waiting.")
+    name: str
+    media_type: str = Field(description="Told by the file's content (PDF or text).")
+    size: int = Field(description="In bytes.")
+    created_at: datetime
+
+
+class AttachmentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AttachmentOut]
+
+
 class MessageOut(BaseModel):
     id: str
     object: Literal["message"] = "message"
@@ -236,6 +252,16 @@ class MessageOut(BaseModel):
     )
     created_at: datetime
     updated_at: datetime
+    parent_id: str | None = Field(None, description="The message before it on its branch.")
+    sibling_ids: list[str] = Field(
+        default_factory=list,
+        description="It and the other versions in its place (edits, regenerated answers), "
+        "oldest first; switch with PUT /api/chats/{id}/branch.",
+    )
+    sibling_index: int = Field(1, description="Its position among sibling_ids, from 1.")
+    attachments: list[AttachmentOut] = Field(
+        default_factory=list, description="The files sent with a user's message."
+    )
 
 
 class MessageList(BaseModel):

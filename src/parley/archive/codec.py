@@ -11,6 +11,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from typing import Any, TypeVar
 
 from sqlalchemy import Enum, Table
@@ -63,6 +64,9 @@ def decode(data: bytes, *, chat_id: str, user_id: str) -> ArchivedChat:
         raise CorruptArchive(f"archive under {chat_id}'s key holds another chat")
     try:
         messages = [_row(Message, raw) for raw in document["messages"]]
+        if messages and all("parent_id" not in raw for raw in document["messages"]):
+            for before, message in pairwise(messages):
+                message.parent_id = before.id  # archived before branches: one branch
         runs = [_row(Run, raw) for raw in document["runs"]]
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptArchive(f"archive of {chat_id} has a malformed row: {e}") from e

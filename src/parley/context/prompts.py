@@ -15,6 +15,7 @@ from typing import Protocol
 
 import anyio
 
+from parley.attachments.prompt import attached, files_text
 from parley.config import Settings
 from parley.context.assembly import (
     MESSAGE_OVERHEAD,
@@ -32,7 +33,7 @@ from parley.context.relevance import bears_on, excerpt, stems
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.qos.costs import PromptCounter
-from parley.store import prompts
+from parley.store import branches, prompts
 from parley.store.database import Database
 from parley.store.prompts import ChatRef, ChatSummary, Row
 from parley.store.schema import Message
@@ -72,6 +73,10 @@ class NewMessage:
     tier: str
     max_tokens: int
     seq: int | None = None
+    # where a message about to be stored goes: after this one (an edit's place), or after
+    # the branch shown (``branches.ACTIVE``)
+    after: str | None = branches.ACTIVE
+    attachment_ids: tuple[str, ...] = ()  # not stored yet: the files it will be sent with
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class _Draft:
     new: Turn
     system: tuple[int, int]
     limits: Limits
+    question: str = ""  # the new message's own text (``new`` holds its files too)
 
 
 class ChatContext:
@@ -171,20 +177,23 @@ class ChatContext:
     ) -> _Draft:
         async with db.transaction() as s:  # read, then counted outside it
             summary, rows = await prompts.unsummarized(
-                s, chat, before_seq=new.seq, limit=UNSUMMARIZED_LIMIT, summary=pending
+                s,
+                chat,
+                before_seq=new.seq,
+                limit=UNSUMMARIZED_LIMIT,
+                summary=pending,
+                after=new.after,
             )
+            files = await attached(s, chat, new.seq, new.attachment_ids)
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
-        row = Row(new.seq or 0, MessageRole.USER.value, new.content)
-        turns = await self._turns(new.model, [*rows, row])
-        return _Draft(
-            chat=chat,
-            model=new.model,
-            fixed=fixed,
-            history=turns[:-1],
-            new=turns[-1],
-            system=await self._system_tokens(new.model, fixed),
-            limits=await self.limits(new.model, new.tier, new.max_tokens),
+        system = await self._system_tokens(new.model, fixed)
+        limits = await self.limits(new.model, new.tier, new.max_tokens)
+        content = new.content + await files_text(  # (attachments/prompt.py)
+            files, new, limits, system[0], self._settings.attachments, await self.counter()
         )
+        row = Row(new.seq or 0, MessageRole.USER.value, content)
+        turns = await self._turns(new.model, [*rows, row])
+        return _Draft(chat, new.model, fixed, turns[:-1], turns[-1], system, limits, new.content)
 
     async def _fit(self, db: Database, draft: _Draft) -> Assembled:
         """Compose, count exactly, and shrink the window while the count is over budget."""
@@ -224,7 +233,7 @@ class ChatContext:
                 db,
                 user_id=draft.chat.user_id,
                 chat_id=draft.chat.chat_id,
-                query=draft.new.content,
+                query=draft.question,
                 before_seq=before,
                 limit=draft.limits.snippets,
             )
@@ -234,7 +243,7 @@ class ChatContext:
         config = self._settings.context
         wanted = (config.retrieval_min_shared_words, config.retrieval_min_shared_fraction)
         semantic = getattr(self._retrieval, "uses_embeddings", False)  # ranked by meaning
-        new = draft.new.content
+        new = draft.question
         known = _known(draft, start)
         candidates = [
             Turn(m.seq, m.role.value, excerpt(new, m.content, config.snippet_max_chars), 0)

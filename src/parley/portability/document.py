@@ -77,6 +77,8 @@ class MessageDocument(_Document):
     downgraded_from: str | None = None
     created_at: AwareDatetime
     run_id: str | None = None
+    # the message before it on its branch (edits and regenerated answers are siblings)
+    parent_id: str | None = None
 
 
 class ChatDocument(_Document):
@@ -86,6 +88,7 @@ class ChatDocument(_Document):
     updated_at: AwareDatetime
     last_activity_at: AwareDatetime
     archived: bool = False
+    active_leaf_id: str | None = None  # the branch shown ends here
     messages: list[MessageDocument]
     runs: list[RunDocument] = []
 
@@ -113,6 +116,7 @@ def message_document(message: Message) -> MessageDocument:
         downgraded_from=message.downgraded_from,
         created_at=message.created_at,
         run_id=message.run_id,
+        parent_id=message.parent_id,
     )
 
 
@@ -152,6 +156,7 @@ def chat_document(
         updated_at=chat.updated_at,
         last_activity_at=chat.last_activity_at,
         archived=archived,
+        active_leaf_id=chat.active_leaf_id,
         messages=[message_document(m) for m in sorted(messages, key=lambda m: m.seq)],
         runs=[
             run_document(r)
@@ -193,6 +198,8 @@ class ImportedMessage:
     created_at: datetime  # timezone-aware, UTC
     status: MessageStatus = MessageStatus.COMPLETED
     model: str | None = None  # an answer's model, when the source names it
+    source_id: str | None = None  # its id in the export (a parley export's tree)
+    parent_source_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +210,10 @@ class ImportedChat:
     messages: tuple[ImportedMessage, ...]
     archived: bool = False
     source_id: str | None = None  # the chat's id in the export it came from (never reused)
+    # a parley export's tree: messages by their parent_source_id, this branch shown; else
+    # (ChatGPT's shown branch, an older export) one branch in order
+    tree: bool = False
+    active_source_id: str | None = None
 
 
 ImportSource = Literal["parley", "chatgpt"]
@@ -227,6 +238,8 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
         updated_at=doc.updated_at.astimezone(UTC),
         archived=doc.archived,
         source_id=doc.id,
+        tree=any(m.parent_id for m in doc.messages),
+        active_source_id=doc.active_leaf_id,
         messages=tuple(
             ImportedMessage(
                 role=m.role,
@@ -236,6 +249,8 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
                     MessageStatus.CANCELLED if m.status is MessageStatus.IN_PROGRESS else m.status
                 ),
                 model=m.model,
+                source_id=m.id,
+                parent_source_id=m.parent_id,
             )
             for m in sorted(doc.messages, key=lambda m: m.seq)
         ),

@@ -58,7 +58,7 @@ class Costs:
             return assembled.composition.total_tokens
         async with self._db.transaction() as s:
             messages = await prompts.prompt_of_chat(
-                s, user_id=new.user_id, chat_id=new.chat_id, content=new.content
+                s, user_id=new.user_id, chat_id=new.chat_id, content=new.content, after=new.after
             )
         return await self._whole_history(new, messages)
 
@@ -77,4 +77,11 @@ class Costs:
 
 
 def _new_message(new: NewRun) -> NewMessage:
-    return NewMessage(new.content, new.model, new.tier, new.max_tokens)
+    return NewMessage(
+        new.content,
+        new.model,
+        new.tier,
+        new.max_tokens,
+        after=new.after,
+        attachment_ids=new.attachment_ids,
+    )

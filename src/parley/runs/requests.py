@@ -27,6 +27,9 @@ class SendRequest:
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    edit_of: str | None = None  # a user message this one replaces: its sibling, a new branch
+    regenerate: str | None = None  # a message whose answer is made again (content unused)
+    attachment_ids: tuple[str, ...] = ()  # the chat's waiting files sent with the message
 
 
 def program_hash(req: ProgramRequest, encoded_input: str) -> str:

@@ -19,27 +19,27 @@ import anyio
 from parley.accounts.service import Principal
 from parley.archive.archiver import Archiver
 from parley.bus.interface import Bus, QueuedRun, QueueFull
-from parley.config import Settings, TierSettings
+from parley.config import Settings
 from parley.context.prompts import ChatContext
 from parley.domain import MessageRole, RunSource, utcnow
 from parley.engines.interface import ChatMessage
 from parley.errors import (
     BudgetExhausted,
     Overloaded,
-    PermissionDenied,
     TooManyRuns,
     ValidationFailed,
-    quoted,
 )
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
+from parley.runs import rules
 from parley.runs.events import made_event
 from parley.runs.inputs import RunInput
 from parley.runs.refusals import Refusals
-from parley.runs.requests import ProgramRequest, SendRequest, program_hash, request_hash
+from parley.runs.requests import ProgramRequest, SendRequest, program_hash
+from parley.runs.rules import Rules
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -89,6 +89,7 @@ class Submitter:
         self._budget = budget
         self._settings = settings
         self._models = models
+        self.rules = Rules(settings, models)
         self._handoff: Handoff | None = None
         self._archiver: Archiver | None = None
 
@@ -114,7 +115,11 @@ class Submitter:
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
-        new = self._validate(who, chat_id, req, idempotency_key)
+        new = self.rules.validate(who, chat_id, req, idempotency_key)
+        if req.edit_of is not None or req.regenerate is not None:
+            await self._restored(new)  # the message named must be in the database
+            async with self._db.transaction() as s:
+                new = await rules.place(s, new, req)
         await self.costs.check_message(new)  # before admission: one that can never fit
         earlier = await self._moderate(new, req.content)
         return earlier or await self._admit(new, self._chat_prompt)
@@ -126,16 +131,16 @@ class Submitter:
         """A program's run (``/v1``): its own messages, no chat; else as ``submit``."""
         tier = self._settings.tier(who.tier)
         for i, message in enumerate(req.input.messages):
-            self._check_length(message.content, f"messages[{i}].content")
+            self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
         new = new_runs.NewRun(
             user_id=who.user_id,
             chat_id=None,
             content="",
-            model=self._check_model(who.tier, tier, req.model),
+            model=self.rules.check_model(who.tier, tier, req.model),
             tier=who.tier,
             priority=tier.priority,
-            max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
+            max_tokens=self.rules.max_tokens(who.tier, tier, req.max_tokens),
             temperature=req.temperature,
             idempotency_key=idempotency_key,
             request_hash=program_hash(req, encoded) if idempotency_key else None,
@@ -266,70 +271,6 @@ class Submitter:
             self._handoff.give_back()
         await self._release(new, reserved)
 
-    def _validate(
-        self, who: Principal, chat_id: str, req: SendRequest, key: str | None
-    ) -> new_runs.NewRun:
-        tier = self._settings.tier(who.tier)
-        self._check_content(req.content)
-        model = self._check_model(who.tier, tier, req.model)
-        return new_runs.NewRun(
-            user_id=who.user_id,
-            chat_id=chat_id,
-            content=req.content,
-            model=model,
-            tier=who.tier,
-            priority=tier.priority,
-            max_tokens=self._max_tokens(who.tier, tier, req.max_tokens),
-            temperature=req.temperature,
-            idempotency_key=key,
-            request_hash=request_hash(chat_id, req) if key else None,
-            traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
-        )
-
-    def _check_content(self, content: str) -> None:
-        if not content.strip():
-            raise ValidationFailed(
-                "content must not be blank", code="invalid_content", param="content"
-            )
-        self._check_length(content, "content")
-
-    def _check_length(self, content: str, param: str) -> None:
-        limit = self._settings.max_message_chars
-        if len(content) > limit:
-            raise ValidationFailed(
-                f"{param} must be at most {limit} characters",
-                code="content_too_long",
-                param=param,
-            )
-
-    def allowed_models(self, tier_name: str) -> list[str]:
-        """The models a user of this tier may send to, in the configured order."""
-        tier = self._settings.tier(tier_name)
-        return [m for m in self._models if _allows(tier, m)]
-
-    def _check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
-        model = asked or self._models[0]
-        if model not in self._models:
-            raise ValidationFailed(
-                f"unknown model {quoted(model)}; available: {', '.join(self._models)}",
-                code="model_not_found",
-                param="model",
-            )
-        if not _allows(tier, model):
-            raise PermissionDenied(
-                f"the {tier_name} tier may not use model {quoted(model)}", code="model_not_allowed"
-            )
-        return model
-
-    def _max_tokens(self, tier_name: str, tier: TierSettings, asked: int | None) -> int:
-        if asked is not None and asked > tier.max_output_tokens:
-            raise ValidationFailed(
-                f"max_tokens must be at most {tier.max_output_tokens} on the {tier_name} tier",
-                code="max_tokens_too_large",
-                param="max_tokens",
-            )
-        return asked or self._settings.default_output(tier)
-
     async def _existing(self, new: new_runs.NewRun) -> Run | None:
         assert new.idempotency_key is not None
         since = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
@@ -350,13 +291,17 @@ class Submitter:
     async def _chat_prompt(self, new: new_runs.NewRun) -> int:
         """The tokens of a chat run's prompt, once an archived chat is back (after
         admission: a refusal reads nothing)."""
+        await self._restored(new)
+        return await self.costs.chat_tokens(new)
+
+    async def _restored(self, new: new_runs.NewRun) -> None:
+        """The run's chat in the database: brought back first if archived."""
         assert new.chat_id is not None
         if self._archiver is not None:
             async with self._db.transaction() as s:
                 chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
             if chat.archived_at is not None:
                 await self._archiver.restore(chat)
-        return await self.costs.chat_tokens(new)
 
     async def _persist(self, new: new_runs.NewRun) -> tuple[Run, bool]:
         """The new run (True), or the run that won a same-key race (False)."""
@@ -364,7 +309,8 @@ class Submitter:
             try:
                 async with self._db.transaction() as s:
                     if new.chat_id is not None:
-                        await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+                        chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+                        new = rules.placed(new, chat)
                     return await new_runs.create_run(s, new), True
             except new_runs.DuplicateIdempotencyKey:
                 existing = await self._existing(new)
@@ -394,7 +340,3 @@ class Submitter:
         """Give back the reservation of a run that was not made, even while cancelled."""
         with anyio.CancelScope(shield=True):
             await self._budget.release(new.user_id, new.tier, reserved)
-
-
-def _allows(tier: TierSettings, model: str) -> bool:
-    return "*" in tier.models or model in tier.models

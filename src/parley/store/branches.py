@@ -17,6 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.store.schema import Chat, Message
 
+ACTIVE = "<active>"
+"""A new message's place when it follows the branch shown (a plain send)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -49,6 +52,30 @@ class Tree:
         """(1-based position among its siblings, how many siblings)."""
         siblings = self.siblings(message_id)
         return [n.id for n in siblings].index(message_id) + 1, len(siblings)
+
+    def path_to(self, message_id: str | None) -> list[Node]:
+        """The branch from the root down to ``message_id`` (None: nothing), root first."""
+        path: list[Node] = []
+        seen: set[str] = set()
+        while message_id is not None and message_id in self.nodes and message_id not in seen:
+            seen.add(message_id)
+            path.append(self.nodes[message_id])
+            message_id = self.nodes[message_id].parent_id
+        return path[::-1]
+
+    def at_seq(self, seq: int) -> Node | None:
+        return next((n for n in self.nodes.values() if n.seq == seq), None)
+
+    def prompt_path(self, *, after: str | None, before_seq: int | None) -> list[Node]:
+        """The messages a prompt's history is read from: the branch ending at ``after``
+        (a new message's place), or above the message at ``before_seq`` (a stored run's),
+        else (``after`` is ACTIVE) the branch shown."""
+        if after != ACTIVE:
+            return self.path_to(after)
+        if before_seq is not None:
+            node = self.at_seq(before_seq)
+            return self.path_to(node.parent_id) if node is not None else []
+        return self.path
 
     def newest_leaf_under(self, message_id: str) -> str:
         """The leaf reached from ``message_id`` by always taking the newest child."""

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import is_id, new_id, utcnow
 from parley.errors import Conflict, NotFound, no_such
+from parley.store import branches
 from parley.store.pages import Cursors, Page, invalid_cursor, page_of
 from parley.store.schema import Chat, Message, Run
 
@@ -48,6 +49,20 @@ async def get_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> Chat:
     if chat is None:
         raise _chat_not_found(chat_id)
     return chat
+
+
+async def get_message(s: AsyncSession, *, user_id: str, chat_id: str, message_id: str) -> Message:
+    """The user's message of this chat, or NotFound (``message_not_found``)."""
+    found = None
+    if is_id("msg", message_id):
+        found = await s.scalar(
+            select(Message).where(
+                Message.user_id == user_id, Message.chat_id == chat_id, Message.id == message_id
+            )
+        )
+    if found is None:
+        raise no_such("message", message_id, code="message_not_found", param="message_id")
+    return found
 
 
 async def list_chats(
@@ -109,9 +124,14 @@ async def list_messages(
     cursor: str | None,
     order: Order,
     cursors: Cursors,
+    shown: list[str] | None = None,
 ) -> Page[Message]:
-    await get_chat(s, user_id=user_id, chat_id=chat_id)
-    query = select(Message).where(Message.user_id == user_id, Message.chat_id == chat_id)
+    """The messages of the branch shown (``shown``: its ids, when the caller has the tree)."""
+    chat = await get_chat(s, user_id=user_id, chat_id=chat_id)
+    path = shown if shown is not None else (await branches.chat_tree(s, chat)).path_ids
+    query = select(Message).where(
+        Message.user_id == user_id, Message.chat_id == chat_id, Message.id.in_(path)
+    )
     if cursor is not None:
         seq = messages_after(cursors, chat_id, cursor)
         query = query.where(Message.seq < seq if order == "desc" else Message.seq > seq)
@@ -124,6 +144,7 @@ async def list_messages(
 def page_archived(
     messages: list[Message],
     *,
+    shown: list[str],
     chat_id: str,
     limit: int,
     cursor: str | None,
@@ -132,7 +153,10 @@ def page_archived(
 ) -> Page[Message]:
     """An archived chat's history (its rows from the archive), paged as ``list_messages``
     pages the database's, by the same cursors."""
-    rows = sorted(messages, key=lambda m: m.seq, reverse=order == "desc")
+    on_path = set(shown)
+    rows = sorted(
+        (m for m in messages if m.id in on_path), key=lambda m: m.seq, reverse=order == "desc"
+    )
     if cursor is not None:
         seq = messages_after(cursors, chat_id, cursor)
         rows = [m for m in rows if (m.seq < seq if order == "desc" else m.seq > seq)]
@@ -153,8 +177,16 @@ def messages_after(cursors: Cursors, chat_id: str, cursor: str) -> int:
     raise invalid_cursor()
 
 
-async def add_message(s: AsyncSession, message: Message) -> Message:
-    """Append a message to its chat: next seq, and the chat's activity moves to now."""
+FOLLOWS_LAST = "<last>"
+"""``add_message``'s default parent: the chat's message before this one by seq (one branch)."""
+
+
+async def add_message(
+    s: AsyncSession, message: Message, *, parent: str | None = FOLLOWS_LAST
+) -> Message:
+    """Append a message to its chat: next seq, its ``parent`` on the tree (None: a root,
+    a first message or an edit of one; by default the message before it), the chat's active
+    branch now ends with it, and the chat's activity moves to now."""
     seq = await s.scalar(
         update(Chat)
         .where(
@@ -162,13 +194,25 @@ async def add_message(s: AsyncSession, message: Message) -> Message:
             Chat.id == message.chat_id,
             Chat.archived_at.is_(None),  # restored first (``archive/``): seqs stay unique
         )
-        .values(message_count=Chat.message_count + 1, last_activity_at=message.created_at)
+        .values(
+            message_count=Chat.message_count + 1,
+            last_activity_at=message.created_at,
+            active_leaf_id=message.id,
+        )
         .returning(Chat.message_count)
     )
     if seq is None:
         await get_chat(s, user_id=message.user_id, chat_id=message.chat_id)
         raise Conflict("the chat was archived meanwhile; send again", code="chat_archived")
     message.seq = seq
+    if parent == FOLLOWS_LAST:  # (not the runs' path: they name the parent)
+        parent = await s.scalar(
+            select(Message.id)
+            .where(Message.chat_id == message.chat_id, Message.seq < seq)
+            .order_by(Message.seq.desc())
+            .limit(1)
+        )
+    message.parent_id = parent
     s.add(message)
     await s.flush()
     return message

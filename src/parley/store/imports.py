@@ -50,6 +50,10 @@ async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> 
 def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
     chat_id = new_id("chat")
     times = [m.created_at for m in imported.messages]
+    ids = [new_message_id() for _ in imported.messages]
+    parents = _parents(imported, ids)
+    new_ids = {m.source_id: i for m, i in zip(imported.messages, ids, strict=True) if m.source_id}
+    leaf = new_ids.get(imported.active_source_id or "") or (ids[-1] if ids else None)
     s.add(
         Chat(
             id=chat_id,
@@ -59,11 +63,12 @@ def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
             created_at=imported.created_at,
             updated_at=imported.updated_at,
             last_activity_at=max(times, default=imported.created_at),
+            active_leaf_id=leaf,
         )
     )
     s.add_all(
         Message(
-            id=new_message_id(),
+            id=message_id,
             user_id=user_id,
             chat_id=chat_id,
             seq=seq,
@@ -73,7 +78,18 @@ def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
             model=m.model,
             created_at=m.created_at,
             updated_at=m.created_at,
+            parent_id=parent,
         )
-        for seq, m in enumerate(imported.messages, start=1)
+        for seq, (m, message_id, parent) in enumerate(
+            zip(imported.messages, ids, parents, strict=True), start=1
+        )
     )
     return chat_id
+
+
+def _parents(imported: ImportedChat, ids: list[str]) -> list[str | None]:
+    """Each message's parent among the new ids: the export's tree, else one branch."""
+    if not imported.tree:
+        return [None, *ids[:-1]]
+    new_ids = {m.source_id: i for m, i in zip(imported.messages, ids, strict=True) if m.source_id}
+    return [new_ids.get(m.parent_source_id or "") for m in imported.messages]

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id, utcnow
-from parley.store import chats
+from parley.store import attachments, branches, chats
 from parley.store.schema import Message, Run
 
 
@@ -24,6 +24,9 @@ class NewChat:
 
     title: str
     earlier: list[tuple[MessageRole, str]]
+
+
+ACTIVE_LEAF = branches.ACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,12 @@ class NewRun:
     traceparent: str | None = None  # W3C trace context of the request that made the run
     prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
     downgraded_from: str | None = None  # the model asked for, when shedding chose ``model``
+    # where the user message goes on the chat's tree: after this message (None: a root);
+    # ACTIVE_LEAF: after the branch shown (a plain send), resolved when the run is made
+    after: str | None = ACTIVE_LEAF
+    # a regenerated answer: the user message it answers again (no new user message)
+    answer_to: str | None = None
+    attachment_ids: tuple[str, ...] = ()  # the chat's waiting files the user message takes
     run_id: str = field(default_factory=lambda: new_id("run"))  # named before it is made
 
 
@@ -65,17 +74,14 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     run_id = new.run_id
     if new.new_chat is not None:
         new = replace(new, chat_id=await _open_chat(s, new, new.new_chat, now))
-    user_msg = assistant = None
-    if new.chat_id is not None:  # (each flushed: they exist before the run that names them)
-        user_msg = await _add_message(s, new, run_id, MessageRole.USER, now)
-        assistant = await _add_message(s, new, run_id, MessageRole.ASSISTANT, now)
+    user_msg_id, assistant_id = await _messages(s, new, now)
     values: dict[str, object] = {
         **_NOTHING_YET,
         "id": run_id,
         "user_id": new.user_id,
         "chat_id": new.chat_id,
-        "user_message_id": user_msg.id if user_msg else None,
-        "assistant_message_id": assistant.id if assistant else None,
+        "user_message_id": user_msg_id,
+        "assistant_message_id": assistant_id,
         "source": new.source,
         "input": new.input,
         **_claimed_at_birth(new, now),
@@ -97,6 +103,26 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     except IntegrityError as e:  # the only unique key a new run can collide on
         raise DuplicateIdempotencyKey from e
     return Run(**values)
+
+
+async def _messages(s: AsyncSession, new: NewRun, now: datetime) -> tuple[str | None, str | None]:
+    """A chat run's user message (unless it answers one again) and its assistant
+    placeholder, on the chat's tree; (None, None) for a program's run."""
+    chat_id = new.chat_id
+    if chat_id is None:
+        return None, None
+    if new.after == ACTIVE_LEAF:  # (the submitter names the place: then no query)
+        chat = await chats.get_chat(s, user_id=new.user_id, chat_id=chat_id)
+        new = replace(new, after=chat.active_leaf_id)
+    # (each flushed: they exist before the run that names them)
+    user_msg_id = new.answer_to or (await _add_message(s, new, MessageRole.USER, now)).id
+    if new.attachment_ids and new.answer_to is None:  # (404 / 409: nothing made)
+        ids = new.attachment_ids
+        await attachments.link(
+            s, user_id=new.user_id, chat_id=chat_id, message_id=user_msg_id, ids=ids
+        )
+    assistant = await _add_message(s, new, MessageRole.ASSISTANT, now, parent=user_msg_id)
+    return user_msg_id, assistant.id
 
 
 _INSERT = insert(cast(Table, Run.__table__))  # Core: no ORM bulk-insert machinery
@@ -150,10 +176,15 @@ def _claimed_at_birth(new: NewRun, now: datetime) -> dict[str, object]:
 
 
 async def _add_message(
-    s: AsyncSession, new: NewRun, run_id: str, role: MessageRole, now: datetime
+    s: AsyncSession,
+    new: NewRun,
+    role: MessageRole,
+    now: datetime,
+    parent: str | None = None,
 ) -> Message:
-    """The run's user message (its content, completed) or its assistant placeholder."""
-    assert new.chat_id is not None
+    """The run's user message (its content, completed; after ``new.after``) or its
+    assistant placeholder (under ``parent``, its user message)."""
+    assert new.chat_id is not None and new.after != ACTIVE_LEAF
     user = role is MessageRole.USER
     return await chats.add_message(
         s,
@@ -164,10 +195,11 @@ async def _add_message(
             role=role,
             content=new.content if user else "",
             status=MessageStatus.COMPLETED if user else MessageStatus.IN_PROGRESS,
-            run_id=run_id,
+            run_id=new.run_id,
             model=None if user else new.model,
             downgraded_from=None if user else new.downgraded_from,
             created_at=now,
             updated_at=now,
         ),
+        parent=new.after if user else parent,
     )

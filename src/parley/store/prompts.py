@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageRole, in_prompt, is_id
+from parley.domain import MessageRole, in_prompt
 from parley.engines.interface import ChatMessage
-from parley.store import chats, run_records
+from parley.store import branches, chats, run_records
 from parley.store.schema import Message
 
 
@@ -48,52 +48,55 @@ async def unsummarized(
     before_seq: int | None,
     limit: int,
     summary: ChatSummary | None = None,
+    after: str | None = branches.ACTIVE,
 ) -> tuple[ChatSummary, list[Row]]:
     """The chat's summary (or ``summary``: a fold about to land) and its prompt-worthy
-    messages after it and before ``before_seq`` (the run's own message; None: all), the
-    newest ``limit`` of them, oldest first. NotFound (``chat_not_found``) for a chat the user
-    does not own."""
+    messages after it on the run's branch (``branches.Tree.prompt_path``: above the run's own
+    message at ``before_seq``, or ending at ``after``, else the branch shown), the newest
+    ``limit`` of them, oldest first. A summary that covers messages of another branch is left
+    out. NotFound (``chat_not_found``) for a chat the user does not own."""
     found = await chats.get_chat(s, user_id=chat.user_id, chat_id=chat.chat_id)
     if summary is None:
         summary = ChatSummary(found.summary, found.summary_through_seq, found.summary_run_id)
-    query = (
-        select(Message.seq, Message.role, Message.status, Message.content)
-        .where(
-            Message.user_id == chat.user_id,
-            Message.chat_id == chat.chat_id,
-            Message.seq > summary.through_seq,
-        )
-        .order_by(Message.seq.desc())
-        .limit(limit)
+    tree = await branches.chat_tree(s, found)
+    path = tree.prompt_path(after=after, before_seq=before_seq)
+    on_path = {n.id for n in path}
+    if any(n.seq <= summary.through_seq and n.id not in on_path for n in tree.nodes.values()):
+        summary = ChatSummary(None, 0, summary.run_id)  # it summarizes another branch
+    ids = [n.id for n in path if n.seq > summary.through_seq][-limit:]
+    query = select(Message.seq, Message.role, Message.status, Message.content).where(
+        Message.user_id == chat.user_id, Message.chat_id == chat.chat_id, Message.id.in_(ids)
     )
-    if before_seq is not None:
-        query = query.where(Message.seq < before_seq)
     rows = [
         Row(seq, role.value, content)
-        for seq, role, status, content in (await s.execute(query)).all()
+        for seq, role, status, content in (await s.execute(query.order_by(Message.seq))).all()
         if in_prompt(role, status, content)
     ]
-    return summary, rows[::-1]
+    return summary, rows
 
 
 async def prompt_of_chat(
-    s: AsyncSession, *, user_id: str, chat_id: str, content: str
+    s: AsyncSession,
+    *,
+    user_id: str,
+    chat_id: str,
+    content: str,
+    after: str | None = branches.ACTIVE,
 ) -> list[ChatMessage]:
     """With context management off: the messages a new user message ``content`` in this chat
-    would be sent with, as ``run_records.history`` reads them (the newest
-    ``HISTORY_LIMIT``, the new one last). NotFound for a chat the user does not own."""
-    if not is_id("chat", chat_id):  # not an id at all (a NUL, say): no query may carry it
-        await chats.get_chat(s, user_id=user_id, chat_id=chat_id)  # raises NotFound
+    would be sent with (placed ``after``: the branch shown by default), as
+    ``run_records.history`` reads them (the newest ``HISTORY_LIMIT``, the new one last).
+    NotFound for a chat the user does not own."""
+    found = await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
+    path = (await branches.chat_tree(s, found)).prompt_path(after=after, before_seq=None)
+    ids = [n.id for n in path][-(run_records.HISTORY_LIMIT - 1) :]
     rows = (
         await s.execute(
             select(Message.role, Message.status, Message.content)
-            .where(Message.user_id == user_id, Message.chat_id == chat_id)
+            .where(Message.user_id == user_id, Message.chat_id == chat_id, Message.id.in_(ids))
             .order_by(Message.seq.desc())
-            .limit(run_records.HISTORY_LIMIT - 1)  # the new message is the limit's last
         )
     ).all()
-    if not rows:  # an empty chat, or none of this user's: only then is the chat looked up
-        await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
     earlier = [
         ChatMessage(role.value, text)
         for role, status, text in reversed(rows)

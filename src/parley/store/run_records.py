@@ -149,23 +149,22 @@ async def renew_leases(s: AsyncSession, *, worker_id: str, lease: timedelta) -> 
 
 
 async def history(s: AsyncSession, run: Run) -> list[Message]:
-    """The chat's messages up to and including the run's user message, oldest first."""
+    """The run's user message and the messages above it on its branch, oldest first."""
     if run.user_message_id is None:
         return []
     user_msg = await s.get(Message, run.user_message_id)
     if user_msg is None:
         return []
-    rows = await s.scalars(
-        select(Message)
-        .where(
-            Message.user_id == run.user_id,
-            Message.chat_id == run.chat_id,
-            Message.seq <= user_msg.seq,
-        )
-        .order_by(Message.seq.desc())
-        .limit(HISTORY_LIMIT)
+    rows = await s.scalars(  # the user message's branch (``branches.py``), root first
+        select(Message).where(Message.user_id == run.user_id, Message.chat_id == run.chat_id)
     )
-    return [m for m in rows if in_prompt(m.role, m.status, m.content)][::-1]
+    by_id = {m.id: m for m in rows}
+    path: list[Message] = []
+    at: Message | None = user_msg
+    while at is not None and len(path) < HISTORY_LIMIT and at not in path:
+        path.append(at)
+        at = by_id.get(at.parent_id) if at.parent_id is not None else None
+    return [m for m in path if in_prompt(m.role, m.status, m.content)][::-1]
 
 
 @dataclass(frozen=True, slots=True)

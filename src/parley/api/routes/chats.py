@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, status
 from parley import text
 from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
+from parley.api.routes.attachments import attachments_of, with_files
 from parley.api.schemas import (
     ChatCreate,
     ChatDetail,
@@ -26,7 +27,7 @@ from parley.config import Settings
 from parley.domain import MessageRole, MessageStatus
 from parley.errors import ValidationFailed
 from parley.services import Services
-from parley.store import chats, run_records
+from parley.store import branches, chats, run_records
 from parley.store.chats import Order
 from parley.store.pages import Page
 from parley.store.schema import Chat, Message
@@ -88,6 +89,7 @@ async def delete_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> Dele
         key = await chats.delete_chat(s, user_id=who.user_id, chat_id=chat_id)
     if key is not None:
         await svc.archiver.forget(key)
+    await attachments_of(svc).forget_chat(who.user_id, chat_id)  # its files' objects
     return Deleted(id=chat_id, object="chat.deleted")
 
 
@@ -109,6 +111,7 @@ async def list_messages(
     async with svc.reads.session(who.user_id) as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
         if chat.archived_at is None:
+            tree = await branches.chat_tree(s, chat)
             page = await chats.list_messages(
                 s,
                 user_id=who.user_id,
@@ -117,21 +120,27 @@ async def list_messages(
                 cursor=cursor,
                 order=order,
                 cursors=svc.cursors,
+                shown=tree.path_ids,
             )
             failed = [m.run_id for m in page.items if m.run_id and m.status in _ENDED_BADLY]
             errors = await run_records.errors_of(s, user_id=who.user_id, run_ids=failed)
     if chat.archived_at is not None:
-        page, errors = await _archived_page(svc, chat, limit, cursor, order)
-    return MessageList(data=[_message(m, errors) for m in page.items], next_cursor=page.next_cursor)
+        page, errors, tree = await _archived_page(svc, chat, limit, cursor, order)
+    data = [_message(m, errors, tree) for m in page.items]
+    await with_files(svc, who.user_id, data)  # (api/routes/attachments.py)
+    return MessageList(data=data, next_cursor=page.next_cursor)
 
 
 async def _archived_page(
     svc: Services, chat: Chat, limit: int, cursor: str | None, order: Order
-) -> tuple[Page[Message], dict[str, tuple[str, str]]]:
-    """A page of an archived chat's history, read from its archive, and its runs' errors."""
+) -> tuple[Page[Message], dict[str, tuple[str, str]], branches.Tree]:
+    """A page of an archived chat's history, read from its archive; its runs' errors."""
     archived = await svc.archiver.read(chat)
+    nodes = [branches.Node(m.id, m.parent_id, m.seq) for m in archived.messages]
+    tree = branches.build_tree(nodes, chat.active_leaf_id)
     page = chats.page_archived(
         archived.messages,
+        shown=tree.path_ids,
         chat_id=chat.id,
         limit=limit,
         cursor=cursor,
@@ -139,14 +148,17 @@ async def _archived_page(
         cursors=svc.cursors,
     )
     errors = {r.id: (r.error_code, r.error_message or "") for r in archived.runs if r.error_code}
-    return page, errors
+    return page, errors, tree
 
 
 _ENDED_BADLY = frozenset({MessageStatus.FAILED, MessageStatus.REJECTED})
 
 
-def _message(m: Message, errors: dict[str, tuple[str, str]]) -> MessageOut:
+def _message(m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree) -> MessageOut:
     out = MessageOut.model_validate(m, from_attributes=True)
+    if m.id in tree.nodes:
+        out.sibling_ids = [n.id for n in tree.siblings(m.id)]
+        out.sibling_index = out.sibling_ids.index(m.id) + 1
     said = errors.get(m.run_id or "") if m.role is MessageRole.ASSISTANT else None
     if said is not None:
         out.error = MessageError(code=said[0], message=said[1])

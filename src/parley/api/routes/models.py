@@ -21,6 +21,6 @@ async def list_models(who: PrincipalDep, svc: ServicesDep) -> ModelList:
     return ModelList(
         data=[
             ModelOut(id=name, default=name == default, engine=engines[name])
-            for name in svc.submitter.allowed_models(who.tier)
+            for name in svc.submitter.rules.allowed_models(who.tier)
         ]
     )

@@ -52,7 +52,9 @@ _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 @router.get("/v1/models", response_model=ModelCardList, responses=errors(*AUTHED))
 async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
     """The models your tier may use, in OpenAI's list shape."""
-    body = ModelCardList(data=[ModelCard(id=m) for m in svc.submitter.allowed_models(who.tier)])
+    body = ModelCardList(
+        data=[ModelCard(id=m) for m in svc.submitter.rules.allowed_models(who.tier)]
+    )
     return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
 
 

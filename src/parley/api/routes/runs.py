@@ -100,19 +100,25 @@ async def send_message(
     reserved on the user's token budget first, and settled to the tokens it really used
     when it ends; without enough budget: 429 `budget_exhausted`. A retry with the same
     `Idempotency-Key` is never charged again."""
-    run = await svc.submitter.submit(
-        who,
-        chat_id,
-        SendRequest(body.content, body.model, body.max_tokens, body.temperature),
-        idempotency_key,
-    )
-    if _wants_json(request):
-        return JSONResponse(_accepted(run), status_code=status.HTTP_202_ACCEPTED)
+    run = await svc.submitter.submit(who, chat_id, _send_request(body), idempotency_key)
+    if wants_json(request):
+        return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)
     events = await svc.relay.open(who, run.id, None, owned=True)
-    return _sse(events)
+    return sse(events)
 
 
-def _accepted(run: Run) -> dict[str, Any]:
+def _send_request(body: MessageCreate) -> SendRequest:
+    return SendRequest(
+        body.content,
+        body.model,
+        body.max_tokens,
+        body.temperature,
+        edit_of=body.edit_of,
+        attachment_ids=tuple(body.attachment_ids),
+    )
+
+
+def accepted(run: Run) -> dict[str, Any]:
     assert run.assistant_message_id is not None and run.user_message_id is not None
     accepted = RunAccepted(
         run_id=run.id,
@@ -148,7 +154,7 @@ async def run_events(
 ) -> Response:
     """The run's events after `Last-Event-ID` (all of them without one)."""
     events = await svc.relay.open(who, run_id, last_event_id_header or last_event_id)
-    return _sse(events)
+    return sse(events)
 
 
 @router.post(
@@ -199,10 +205,10 @@ def _prompt_parts(run: Run) -> PromptParts | None:
     return PromptParts(**json.loads(run.prompt_parts), cached_tokens=run.cached_tokens)
 
 
-def _wants_json(request: Request) -> bool:
+def wants_json(request: Request) -> bool:
     accept = request.headers.get("accept", "")
     return "application/json" in accept and "text/event-stream" not in accept
 
 
-def _sse(events: AsyncIterator[str]) -> StreamingResponse:
+def sse(events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -2,6 +2,8 @@
 // and rejoining an answer that is still being generated.
 
 import { api, apiGet, newKey, send } from "./api.js";
+import { AttachmentTray } from "./attachments.js";
+import { branchRequests, branchTools, editInPlace } from "./branches.js";
 import { byId, isolate } from "./dom.js";
 import { MessageView } from "./messages.js";
 import { followRun } from "./run.js";
@@ -41,6 +43,8 @@ export class Conversation {
     new IntersectionObserver((entries) => {
       if (entries.some((e) => e.isIntersecting)) this.loadOlder();
     }, { root: this.scroller, rootMargin: "200px 0px 0px 0px" }).observe(this.sentinel);
+    // the files for the next message (attachments.js); a first file makes the chat
+    this.files = new AttachmentTray({ notices, ensureChat: (name) => this.chatId ?? this.createChat(name) });
   }
 
   /** Show a chat (null: a new, empty one). */
@@ -48,6 +52,7 @@ export class Conversation {
     this.detach();
     const generation = ++this.generation;
     this.chatId = chatId;
+    this.files.open(chatId);
     this.cursor = null;
     this.list.replaceChildren();
     this.status.textContent = "";
@@ -134,6 +139,7 @@ export class Conversation {
     if (this.busy || !text.trim()) return false;
     const controller = this.begin(null);
     const model = this.models.value; // fixed now: a retry must send the same body
+    const files = [...this.files.files]; // (so are the files)
     try {
       // a new chat is made first; a 429/503 (the database failing over) waits on the banner
       const makeChat = () => this.createChat(text);
@@ -145,12 +151,13 @@ export class Conversation {
       this.active.chatId = chatId;
       const generation = this.generation;
       this.empty.hidden = true;
-      const user = this.add({ role: "user", content: text, status: "completed" });
+      const user = this.add({ role: "user", content: text, status: "completed", attachments: files });
       const answer = this.add({ role: "assistant", content: "", status: "sending" });
       this.active.view = answer;
       this.scrollToBottom();
       const key = newKey();
-      const post = () => this.post(chatId, { content: text, model }, key, controller.signal);
+      const ids = files.map((f) => f.id);
+      const post = () => this.post(chatId, { content: text, model, ids }, key, controller.signal);
       const first = await this.admitted(post, controller.signal);
       if (first === null) {
         user.el.remove();
@@ -159,6 +166,7 @@ export class Conversation {
         this.hooks.restoreDraft(text);
         return false;
       }
+      this.files.sent(ids);
       this.hooks.chatTouched(chatId);
       if (generation !== this.generation) return true;
       await this.stream(answer, { first, start: post });
@@ -195,10 +203,12 @@ export class Conversation {
     return chat.id;
   }
 
-  /** message: {content, model} (model null: the server's default). */
-  post(chatId, { content, model }, key, signal) {
+  /** message: {content, model, ids} (model null: the server's default; ids: its files). */
+  post(chatId, { content, model, ids = [] }, key, signal) {
+    const json = model ? { content, model } : { content };
+    if (ids.length) json.attachment_ids = ids;
     return send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages`, {
-      json: model ? { content, model } : { content },
+      json,
       headers: { "Idempotency-Key": key },
       accept: "text/event-stream",
       signal,
@@ -328,8 +338,35 @@ export class Conversation {
 
   view(message) {
     const view = new MessageView(message, () => this.stick && this.scrollToBottom());
+    if (message.id) view.el.append(branchTools(message, this.branchActions()));
     this.views.set(view.el, view);
     return view;
+  }
+
+  /** ‹ › between versions, edit, regenerate: each asks the server, then shows the chat again
+   *  (the branch shown now, an answer under way rejoined). */
+  branchActions() {
+    const chatId = () => this.chatId;
+    const model = () => this.models.value;
+    const act = async (request, what) => {
+      if (this.busy) return;
+      try {
+        await request();
+        await this.open(this.chatId);
+        this.hooks.chatTouched(this.chatId);
+      } catch (err) {
+        this.notices.error(err, what);
+      }
+    };
+    return {
+      show: (id) => act(() => branchRequests.show(chatId(), id), "Could not show that version"),
+      regenerate: (m) => act(() => branchRequests.regenerate(chatId(), m.id, model()), "Could not answer again"),
+      edit: async (m) => {
+        const li = this.list.querySelector(`li[data-message-id="${CSS.escape(m.id)}"]`);
+        const text = li && (await editInPlace(this.views.get(li)));
+        if (text) await act(() => branchRequests.edit(chatId(), m.id, text, model()), "Your edit was not sent");
+      },
+    };
   }
 
   add(message) {

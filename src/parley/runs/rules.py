@@ -1,0 +1,131 @@
+"""What a send asks for, checked before anything is counted or stored: its content, its
+model (known, and allowed to the user's tier), its output allowance; and where its message
+goes on the chat's tree (after the branch shown, or in place of an edited message)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.accounts.service import Principal
+from parley.config import Settings, TierSettings
+from parley.domain import MessageRole
+from parley.errors import PermissionDenied, ValidationFailed, quoted
+from parley.observability import tracing
+from parley.runs.requests import SendRequest, request_hash
+from parley.store import chats, new_runs
+from parley.store.schema import Chat
+
+
+class Rules:
+    """The checks of a request against the settings and the models served."""
+
+    def __init__(self, settings: Settings, models: list[str]) -> None:
+        self._settings = settings
+        self._models = models
+
+    def validate(
+        self, who: Principal, chat_id: str, req: SendRequest, key: str | None
+    ) -> new_runs.NewRun:
+        tier = self._settings.tier(who.tier)
+        self.check_content(req.content)
+        model = self.check_model(who.tier, tier, req.model)
+        return new_runs.NewRun(
+            user_id=who.user_id,
+            chat_id=chat_id,
+            content=req.content,
+            model=model,
+            tier=who.tier,
+            priority=tier.priority,
+            max_tokens=self.max_tokens(who.tier, tier, req.max_tokens),
+            temperature=req.temperature,
+            idempotency_key=key,
+            request_hash=request_hash(chat_id, req) if key else None,
+            traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
+            attachment_ids=req.attachment_ids,
+        )
+
+    def check_content(self, content: str) -> None:
+        if not content.strip():
+            raise ValidationFailed(
+                "content must not be blank", code="invalid_content", param="content"
+            )
+        self.check_length(content, "content")
+
+    def check_length(self, content: str, param: str) -> None:
+        limit = self._settings.max_message_chars
+        if len(content) > limit:
+            raise ValidationFailed(
+                f"{param} must be at most {limit} characters",
+                code="content_too_long",
+                param=param,
+            )
+
+    def allowed_models(self, tier_name: str) -> list[str]:
+        """The models a user of this tier may send to, in the configured order."""
+        tier = self._settings.tier(tier_name)
+        return [m for m in self._models if _allows(tier, m)]
+
+    def check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
+        model = asked or self._models[0]
+        if model not in self._models:
+            raise ValidationFailed(
+                f"unknown model {quoted(model)}; available: {', '.join(self._models)}",
+                code="model_not_found",
+                param="model",
+            )
+        if not _allows(tier, model):
+            raise PermissionDenied(
+                f"the {tier_name} tier may not use model {quoted(model)}", code="model_not_allowed"
+            )
+        return model
+
+    def max_tokens(self, tier_name: str, tier: TierSettings, asked: int | None) -> int:
+        if asked is not None and asked > tier.max_output_tokens:
+            raise ValidationFailed(
+                f"max_tokens must be at most {tier.max_output_tokens} on the {tier_name} tier",
+                code="max_tokens_too_large",
+                param="max_tokens",
+            )
+        return asked or self._settings.default_output(tier)
+
+
+def placed(new: new_runs.NewRun, chat: Chat) -> new_runs.NewRun:
+    """A plain send goes after the branch shown."""
+    if new.after == new_runs.ACTIVE_LEAF:
+        return replace(new, after=chat.active_leaf_id)
+    return new
+
+
+def _allows(tier: TierSettings, model: str) -> bool:
+    return "*" in tier.models or model in tier.models
+
+
+async def place(s: AsyncSession, new: new_runs.NewRun, req: SendRequest) -> new_runs.NewRun:
+    """Where a send goes on the chat's tree: an edit beside the message it edits (a new
+    branch), a regenerated answer beside the answer it replaces (under the same question,
+    no new user message), else after the branch shown. NotFound for another chat's message."""
+    assert new.chat_id is not None
+    if req.edit_of is None and req.regenerate is None:
+        return new
+    wanted = req.edit_of or req.regenerate
+    assert wanted is not None
+    message = await chats.get_message(
+        s, user_id=new.user_id, chat_id=new.chat_id, message_id=wanted
+    )
+    if req.edit_of is not None:
+        if message.role is not MessageRole.USER:
+            raise ValidationFailed(
+                "only a user message can be edited", code="not_editable", param="edit_of"
+            )
+        return replace(new, after=message.parent_id)
+    if message.role is not MessageRole.USER:  # an answer: made again for its question
+        if message.parent_id is None:
+            raise ValidationFailed(
+                "this answer has no question", code="not_regenerable", param="message_id"
+            )
+        message = await chats.get_message(
+            s, user_id=new.user_id, chat_id=new.chat_id, message_id=message.parent_id
+        )
+    return replace(new, answer_to=message.id, after=message.parent_id, content=message.content)
