@@ -20,8 +20,8 @@ def _differences(conn: Connection) -> list[Any]:
     return [d for d in compare_metadata(context, Base.metadata) if not _ignored(d)]
 
 
-# full-text search, kept by the database itself (migration 0008): no part of the ORM
-_UNMAPPED = ("messages_fts", "content_tsv")
+# full-text search, kept by the database itself (migrations 0008, 0011): no part of the ORM
+_UNMAPPED = ("messages_fts", "content_tsv", "chats_fts", "title_tsv")
 
 
 def _ignored(diff: Any) -> bool:

@@ -8,6 +8,7 @@ import { DataPanel } from "./data.js";
 import { byId } from "./dom.js";
 import { ModelPicker } from "./models.js";
 import { Notices } from "./notices.js";
+import { MESSAGE_HASH, revealMessage, SearchBox } from "./search.js";
 import { SharesPanel } from "./shares.js";
 import { Sidebar } from "./sidebar.js";
 
@@ -50,6 +51,10 @@ class App {
           this.showAuth("Your account and all its data are deleted.");
         },
       },
+    });
+    this.search = new SearchBox({
+      notices: this.notices,
+      hooks: { open: (chatId, messageId) => this.navigate(chatId, { messageId }) },
     });
     this.shares = new SharesPanel({ notices: this.notices, chatId: () => this.conversation.chatId });
     this.prompt = byId("prompt");
@@ -111,6 +116,10 @@ class App {
     this.closeDrawer();
     try {
       await this.conversation.open(chatId);
+      const found = MESSAGE_HASH.exec(window.location.hash); // a search result's message
+      if (chatId && found && !(await revealMessage(this.conversation, found[1]))) {
+        this.notices.error(new Error("That message is on another branch of the chat."), "Not shown");
+      }
     } catch (err) {
       if (err.status === 404) {
         this.notices.error(err, "That chat does not exist");
@@ -122,9 +131,10 @@ class App {
     this.prompt.focus();
   }
 
-  navigate(chatId, { replace = false } = {}) {
-    const path = chatId === null ? "/" : `/c/${encodeURIComponent(chatId)}`;
-    if (path !== window.location.pathname) {
+  navigate(chatId, { replace = false, messageId = null } = {}) {
+    const path = (chatId === null ? "/" : `/c/${encodeURIComponent(chatId)}`) +
+      (messageId ? `#m-${messageId}` : "");
+    if (path !== window.location.pathname + window.location.hash) {
       if (replace) history.replaceState(null, "", path);
       else history.pushState(null, "", path);
     }
