@@ -63,7 +63,8 @@ async def unsummarized(
     on_path = {n.id for n in path}
     if any(n.seq <= summary.through_seq and n.id not in on_path for n in tree.nodes.values()):
         summary = ChatSummary(None, 0, summary.run_id)  # it summarizes another branch
-    ids = [n.id for n in path if n.seq > summary.through_seq][-limit:]
+    unsummarized_ids = [n.id for n in path if n.seq > summary.through_seq]
+    ids = unsummarized_ids[max(0, len(unsummarized_ids) - limit) :]
     query = select(Message.seq, Message.role, Message.status, Message.content).where(
         Message.user_id == chat.user_id, Message.chat_id == chat.chat_id, Message.id.in_(ids)
     )
@@ -89,7 +90,8 @@ async def prompt_of_chat(
     NotFound for a chat the user does not own."""
     found = await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
     path = (await branches.chat_tree(s, found)).prompt_path(after=after, before_seq=None)
-    ids = [n.id for n in path][-(run_records.HISTORY_LIMIT - 1) :]
+    keep = run_records.HISTORY_LIMIT - 1  # the new message is the limit's last
+    ids = [n.id for n in path][max(0, len(path) - keep) :]
     rows = (
         await s.execute(
             select(Message.role, Message.status, Message.content)

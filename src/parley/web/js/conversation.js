@@ -338,7 +338,7 @@ export class Conversation {
 
   view(message) {
     const view = new MessageView(message, () => this.stick && this.scrollToBottom());
-    if (message.id) view.el.append(branchTools(message, this.branchActions()));
+    if (message.id) view.el.querySelector(".bubble").append(branchTools(message, this.branchActions()));
     this.views.set(view.el, view);
     return view;
   }
