@@ -241,3 +241,18 @@ async def test_a_big_file_enters_as_the_chunks_that_bear_on_the_question(
     assert "The zebra password is tangerine." in said
     shown = said.count("Section ")
     assert 0 < shown < 40, shown
+
+
+async def test_a_follow_up_question_still_sees_the_files_sent_before_it(
+    run_client: httpx.AsyncClient,
+) -> None:
+    auth = await user_headers(run_client, "ada@example.com")
+    chat_id = await new_chat(run_client, auth)
+    notes = await uploaded(run_client, auth, chat_id, "notes.md", b"# Plan\nShip on Friday.\n")
+    await answer(run_client, auth, chat_id, "/echo read this", [notes["id"]])
+
+    said, sent = await answer(run_client, auth, chat_id, "/echo and when do we ship?", [])
+
+    assert "File: notes.md" in said and "Ship on Friday." in said, said
+    question = await stored_message(run_client, auth, chat_id, sent["user_message_id"])
+    assert question["attachments"] == []  # still the earlier message's file, not this one's

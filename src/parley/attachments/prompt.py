@@ -57,16 +57,26 @@ class _Chunk:
 
 
 async def attached(
-    s: AsyncSession, chat: ChatRef, seq: int | None, ids: Sequence[str]
+    s: AsyncSession,
+    chat: ChatRef,
+    seq: int | None,
+    ids: Sequence[str],
+    earlier: Sequence[int] = (),
 ) -> list[FileText]:
-    """The files of the chat's message ``seq``, or (not stored yet) its waiting ``ids``."""
+    """The files of the chat's message ``seq``, or (not stored yet) its waiting ``ids``;
+    then those sent with the ``earlier`` messages of its branch, newest first (a follow-up
+    question still sees them)."""
     user_id, chat_id = chat.user_id, chat.chat_id
+    rows = []
     if seq is not None:
-        rows = await attachments.of_message_seq(s, user_id=user_id, chat_id=chat_id, seq=seq)
+        rows = await attachments.of_message_seqs(s, user_id=user_id, chat_id=chat_id, seqs=[seq])
     elif ids:
         rows = await attachments.pending(s, user_id=user_id, chat_id=chat_id, ids=ids)
-    else:
-        return []
+    if earlier:
+        before = await attachments.of_message_seqs(
+            s, user_id=user_id, chat_id=chat_id, seqs=sorted(earlier, reverse=True)
+        )
+        rows += before
     return [FileText(row.name, row.text) for row in rows]
 
 

@@ -184,7 +184,8 @@ class ChatContext:
                 summary=pending,
                 after=new.after,
             )
-            files = await attached(s, chat, new.seq, new.attachment_ids)
+            asked_before = [row.seq for row in rows if row.role == MessageRole.USER.value]
+            files = await attached(s, chat, new.seq, new.attachment_ids, asked_before)
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
         system = await self._system_tokens(new.model, fixed)
         limits = await self.limits(new.model, new.tier, new.max_tokens)

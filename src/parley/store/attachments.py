@@ -123,16 +123,21 @@ async def pending(
     return list(await s.scalars(query.order_by(Attachment.created_at, Attachment.id)))
 
 
-async def of_message_seq(
-    s: AsyncSession, *, user_id: str, chat_id: str, seq: int
+async def of_message_seqs(
+    s: AsyncSession, *, user_id: str, chat_id: str, seqs: Sequence[int]
 ) -> list[Attachment]:
-    """The attachments of the chat's message ``seq``."""
+    """The attachments of the chat's messages ``seqs``, in that order of messages."""
+    if not seqs:
+        return []
     query = (
-        select(Attachment)
+        select(Attachment, Message.seq)
         .join(Message, Message.id == Attachment.message_id)
-        .where(Attachment.user_id == user_id, Message.chat_id == chat_id, Message.seq == seq)
+        .where(Attachment.user_id == user_id, Message.chat_id == chat_id, Message.seq.in_(seqs))
+        .order_by(Attachment.created_at, Attachment.id)
     )
-    return list(await s.scalars(query.order_by(Attachment.created_at, Attachment.id)))
+    order = {seq: i for i, seq in enumerate(seqs)}
+    found = (await s.execute(query)).all()
+    return [row for row, _ in sorted(found, key=lambda pair: order[pair[1]])]
 
 
 def _sent(attachment_id: str) -> AttachmentSent:
