@@ -256,3 +256,21 @@ async def test_a_follow_up_question_still_sees_the_files_sent_before_it(
     assert "File: notes.md" in said and "Ship on Friday." in said, said
     question = await stored_message(run_client, auth, chat_id, sent["user_message_id"])
     assert question["attachments"] == []  # still the earlier message's file, not this one's
+
+
+async def test_an_upload_while_the_blob_store_is_down_is_a_503_and_leaves_nothing(
+    run_client: httpx.AsyncClient, run_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from parley.blobs.interface import BlobStoreError
+
+    auth = await user_headers(run_client, "ada@example.com")
+    chat_id = await new_chat(run_client, auth)
+
+    async def down(key: str, data: bytes) -> None:
+        raise BlobStoreError(f"cannot write {key}: connection refused")
+
+    monkeypatch.setattr(run_services.archiver.blobs, "put", down)
+    r = await upload(run_client, auth, chat_id, "notes.md", b"# Plan\n")
+
+    assert_error(r, 503, "blob_store_unavailable")
+    assert await stored(run_services, await me(run_client, auth)) == (0, [])

@@ -145,6 +145,13 @@ async def test_another_users_messages_are_not_found_and_answers_are_not_editable
         )
         assert_error(r, 404)
     assert_error(await _regenerate(run_client, ada, chat, "msg_nope"), 404, "message_not_found")
+    for blank in ("", "   "):  # found by schemathesis: an empty id is a 404, not a 500
+        r = await run_client.post(
+            f"/api/chats/{chat}/messages",
+            json={"content": "x", "edit_of": blank},
+            headers={**ada, **JSON},
+        )
+        assert_error(r, 404, "message_not_found")
     assert len(await _shown(run_client, ada, chat)) == 2  # nothing was made
 
 

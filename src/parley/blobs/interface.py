@@ -5,13 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from parley.errors import DependencyUnavailable
+
 
 class BlobNotFound(Exception):
     """No object under this key."""
 
 
-class BlobStoreError(Exception):
-    """The store could not do what was asked (unreachable, refused, misconfigured)."""
+class BlobStoreError(DependencyUnavailable):
+    """The store could not do what was asked (unreachable, refused, misconfigured): a 503
+    with Retry-After where it reaches a client (an upload, an export's download)."""
+
+    code = "blob_store_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=5)
 
 
 @dataclass(frozen=True, slots=True)

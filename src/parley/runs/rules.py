@@ -109,7 +109,7 @@ async def place(s: AsyncSession, new: new_runs.NewRun, req: SendRequest) -> new_
     assert new.chat_id is not None
     if req.edit_of is None and req.regenerate is None:
         return new
-    wanted = req.edit_of or req.regenerate
+    wanted = req.edit_of if req.edit_of is not None else req.regenerate
     assert wanted is not None
     message = await chats.get_message(
         s, user_id=new.user_id, chat_id=new.chat_id, message_id=wanted
