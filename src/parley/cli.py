@@ -18,13 +18,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from parley import logs
-from parley.accounts.admin import add_user_parser
+from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
 from parley.capacity.cli import add_capacity_parser
 from parley.config import EngineKind, Settings, load_settings
 from parley.errors import ConfigurationError
 from parley.safety.admin import add_runs_parser
-from parley.store.database import Database
 
 if TYPE_CHECKING:
     from parley.observability.server import MetricsServer
@@ -274,21 +273,12 @@ def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | N
 async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
     from parley.store.migrate import current_revision
 
-    db = await _open_db(settings)
+    db = await open_db(settings)
     try:
         print(f"database at revision {await current_revision(db)}")
     finally:
         await db.dispose()
     return 0
-
-
-async def _open_db(settings: Settings) -> Database:
-    """The database, migrated to the current schema (operators need not run migrate first)."""
-    from parley.store.migrate import upgrade
-
-    db = Database(settings.resolved_database_url)
-    await upgrade(db)
-    return db
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:

@@ -19,7 +19,6 @@ from parley.accounts.throttle import AccountThrottles
 from parley.archive.archiver import Archiver
 from parley.archive.periodic import archive_forever
 from parley.blobs.interface import BlobStoreError
-from parley.blobs.store import build_blob_store
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
 from parley.config import Settings
@@ -205,7 +204,7 @@ def served_models(settings: Settings) -> list[str]:
 
 def archiver(settings: Settings, db: Database) -> Archiver:
     """The archive over the configured blob store (``archive/``, ``blobs/``)."""
-    return Archiver(db, build_blob_store(settings.blobs, settings.data_dir), settings.archive)
+    return Archiver.from_settings(db, settings)
 
 
 def connect(services: Services) -> None:

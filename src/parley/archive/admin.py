@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 from parley.archive.archiver import Archiver
-from parley.blobs.store import build_blob_store
 from parley.config import Settings
 from parley.store import archives
 from parley.store.database import Database
@@ -40,8 +39,7 @@ async def run_archive(args: argparse.Namespace, settings: Settings) -> int:
     db = Database(settings.resolved_database_url)
     try:
         await upgrade(db)
-        blobs = build_blob_store(settings.blobs, settings.data_dir)
-        mover = Archiver(db, blobs, settings.archive)
+        mover = Archiver.from_settings(db, settings)
         await mover.blobs.check()
         idle = None if args.idle_days is None else timedelta(days=args.idle_days)
         report = await mover.archive_due(idle_for=idle)

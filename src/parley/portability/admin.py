@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from parley.archive.archiver import Archiver
-from parley.blobs.store import build_blob_store
 from parley.config import Settings
 from parley.portability.archive_file import write_export
 from parley.store import users
@@ -66,8 +65,7 @@ async def user_delete(args: argparse.Namespace, settings: Settings) -> int:
 async def _open(settings: Settings) -> tuple[Database, Archiver]:
     db = Database(settings.resolved_database_url)
     await upgrade(db)
-    blobs = build_blob_store(settings.blobs, settings.data_dir)
-    return db, Archiver(db, blobs, settings.archive)
+    return db, Archiver.from_settings(db, settings)
 
 
 async def _user_id(db: Database, email: str) -> str | None:
