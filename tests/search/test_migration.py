@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from parley.store import chats, users
-from parley.store.chat_search import search_chats
+from parley.store.chat_search import Hit, search_chats
 from parley.store.database import Database
 from parley.store.migrate import current_revision, upgrade
 from parley.store.pages import Cursors
 from tests.store.test_search import downgrade
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    yield database
-    await database.dispose()
 
 
 def title_objects(conn: Connection) -> set[str]:
@@ -37,12 +27,17 @@ async def objects(db: Database) -> set[str]:
         return await conn.run_sync(title_objects)
 
 
-async def titles_found(db: Database, user_id: str, query: str) -> list[str]:
+async def hits(db: Database, user_id: str, query: str) -> list[Hit]:
+    """The first page (20) of what search across chats finds for the user, best first."""
     async with db.transaction() as s:
         page = await search_chats(
-            s, user_id=user_id, query=query, limit=10, cursor=None, cursors=Cursors("k")
+            s, user_id=user_id, query=query, limit=20, cursor=None, cursors=Cursors("k")
         )
-    return sorted(hit.chat_title for hit in page.items)
+    return page.items
+
+
+async def titles_found(db: Database, user_id: str, query: str) -> list[str]:
+    return sorted(hit.chat_title for hit in await hits(db, user_id, query))
 
 
 async def test_the_migration_goes_down_and_up_again(db: Database) -> None:

@@ -1,10 +1,11 @@
 """Full-text search over a chat's messages, kept current by the database (migration 0008).
 
-SQLite ranks with FTS5's ``bm25`` over ``messages_fts`` (porter stemming); Postgres with
-``ts_rank`` over the generated ``messages.content_tsv`` (english). The user's free text is
-never handed to either query language: it is cut into words (letters and digits), common
-English words dropped, and each word becomes a quoted FTS5 string or a bound
-``plainto_tsquery``; the words are OR'ed. Every query is scoped by user and chat.
+SQLite ranks with FTS5's ``bm25`` over ``messages_fts`` (porter stemming; its ``user_id``
+column, migration 0012, narrows every lookup to one user); Postgres with ``ts_rank`` over
+the generated ``messages.content_tsv`` (english; GIN-indexed with ``user_id``). The user's
+free text is never handed to either query language: it is cut into words (letters and
+digits), common English words dropped, and each word becomes a quoted FTS5 string or a
+bound ``plainto_tsquery``; the words are OR'ed. Every query is scoped by user and chat.
 """
 
 from __future__ import annotations
@@ -59,10 +60,30 @@ def query_words(query: str, limit: int | None = MAX_WORDS) -> list[str]:
     return list(words)
 
 
-def fts5_query(words: list[str]) -> str:
-    """An FTS5 MATCH expression: each word a double-quoted string, OR'ed (a word holds no
-    quote: ``query_words``; one would be doubled all the same)."""
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+def fts5_query(words: list[str], *, user_id: str, every: bool = False) -> str:
+    """An FTS5 MATCH expression over ``messages_fts`` for one user's messages: the user's
+    id in the ``user_id`` column (migration 0012: FTS5 intersects the user's posting list
+    with the words', never reading another user's) AND the words in ``content``, OR'ed
+    (every word must match when ``every``). Each word and the id is a double-quoted string
+    (a word holds no quote: ``query_words``; one would be doubled all the same)."""
+    return f"user_id : {_quoted(user_token(user_id))} AND content : ({fts5_words(words, every)})"
+
+
+def fts5_words(words: list[str], every: bool) -> str:
+    """The words as FTS5 strings, OR'ed, or AND'ed when ``every`` must match."""
+    return (" AND " if every else " OR ").join(_quoted(w) for w in words)
+
+
+def user_token(user_id: str) -> str:
+    """The token of a user's id that FTS5 looks up: its random part (``user_<hex>`` is
+    tokenized ``user`` and ``<hex>``; naming ``user`` too would make the lookup a phrase over
+    every row). Two ids could only share it if they shared the random part, and every
+    query still checks ``messages.user_id`` itself."""
+    return user_id.rsplit("_", 1)[-1]
+
+
+def _quoted(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
 
 
 def in_prompt_clause() -> ColumnElement[bool]:
@@ -84,7 +105,8 @@ async def search_messages(
     words = query_words(query)
     if not words or limit <= 0:
         return []
-    ranked = _sqlite_search(words) if _dialect(s) == "sqlite" else _postgres_search(words)
+    sqlite = _dialect(s) == "sqlite"
+    ranked = _sqlite_search(words, user_id) if sqlite else _postgres_search(words)
     rows = await s.scalars(
         ranked.where(
             Message.user_id == user_id,
@@ -104,15 +126,17 @@ def _dialect(s: AsyncSession) -> str:
 _FTS = table("messages_fts", column("rowid"))
 
 
-def _sqlite_search(words: list[str]) -> Select[Message]:
+def _sqlite_search(words: list[str], user_id: str) -> Select[Message]:
     """Messages joined to their FTS5 rows by rowid, matched and ranked by bm25 (lower is
-    better)."""
-    match = text("messages_fts MATCH :fts_query").bindparams(fts_query=fts5_query(words))
+    better; the ``user_id`` column weighs nothing)."""
+    match = text("messages_fts MATCH :fts_query").bindparams(
+        fts_query=fts5_query(words, user_id=user_id)
+    )
     return (
         select(Message)
         .join(_FTS, _FTS.c.rowid == literal_column("messages.rowid"))
         .where(match)
-        .order_by(func.bm25(literal_column("messages_fts")), Message.seq.desc())
+        .order_by(func.bm25(literal_column("messages_fts"), 1.0, 0.0), Message.seq.desc())
     )
 
 
