@@ -56,6 +56,7 @@ from parley.engines.builtin.loader import LoadedModel, default_model_path, load_
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.precision import NATIVE_BF16_FLAGS, Precision, cpu_flags
 from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -533,7 +534,9 @@ def goals(levels: list[int], parley: Seq[Side], peers: Seq[Side]) -> None:
 async def classic(args: argparse.Namespace, loaded: LoadedModel) -> None:
     print(f"model {loaded.name}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     base = baseline(loaded, args.baseline_requests, args.tokens)
-    engine = BuiltinEngine(load_model(None), BuiltinEngineConfig(kv_cache_tokens=131_072))
+    engine = BuiltinEngine(
+        on_fresh_thread(lambda: load_model(None)), BuiltinEngineConfig(kv_cache_tokens=131_072)
+    )
     levels = [int(x) for x in args.levels.split(",")]
     rows = {n: await concurrent(engine, n, args.tokens) for n in levels}
     if args.json and args.no_peers:  # (else the peers section wrote it)
@@ -604,7 +607,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
     torch.manual_seed(0)
-    loaded = load_model(None)
+    loaded = on_fresh_thread(lambda: load_model(None))  # engines/builtin/threads.py
     if not args.no_peers:
         await peers_section(args, loaded)
     elif args.quality:

@@ -3,6 +3,7 @@ what the hand-off from the engine thread to an async consumer adds to it.
 
     .venv/bin/python bench/engine_profile.py [--steps 20] [--batches 1,8,64]
         [--precisions fp32,bf16,int8,int4] [--streams 1,8] [--main-thread]
+        [--packed on|off|both]
 
 Prints the CPU's flags and torch's thread counts, then for each precision a ``BuiltinEngine``
 (bundled SmolLM2-135M) whose loop thread is not started yet: N sequences (short prompts, the
@@ -20,9 +21,9 @@ strings, deltas). Then, in separate passes over the same batch:
   wrappers for that pass only; attention core (rope, KV write, block gather, SDPA) = attention
   minus its projections, SiLU * up = MLP minus its products;
 - ``torch.profiler`` op self times around the forward alone, grouped (products: ``mm``,
-  ``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``; KV cache: ``index_select``,
-  ``index_copy_``; SDPA; ``rms_norm``; the rest); Python between ops = the forward's wall
-  time minus the sum of op self times; op calls a forward.
+  ``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``, ``mkldnn::_linear_pointwise``;
+  KV cache: ``index_select``, ``index_copy_``; SDPA; ``rms_norm``; the rest); Python between
+  ops = the forward's wall time minus the sum of op self times; op calls a forward.
 
 Last, per precision, the hand-off the step profile cannot see: the engine's loop thread runs
 under an asyncio loop (uvloop where installed, as the service); 1 and 8 concurrent requests
@@ -56,6 +57,7 @@ from parley.engines.builtin.engine import DEFAULT_TEMPERATURE, BuiltinEngine, Bu
 from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -198,14 +200,20 @@ def by_part(engine: BuiltinEngine, steps: int) -> tuple[float, dict[str, float]]
 # -- the forward by op (torch.profiler) ---------------------------------------------------
 
 
-PRODUCT_OPS = {"mm", "addmm", "_weight_int8pack_mm", "_weight_int4pack_mm_for_cpu"}
+PRODUCT_OPS = {
+    "mm",
+    "addmm",
+    "_weight_int8pack_mm",
+    "_weight_int4pack_mm_for_cpu",
+    "mkldnn::_linear_pointwise",
+}
 KV_OPS = {"index_select", "index_copy_", "index_copy"}
 OP_GROUPS = ("products", "KV cache", "SDPA", "rms_norm", "rest")
 
 
 def op_group(name: str) -> str:
     op = name.removeprefix("aten::")
-    if op in PRODUCT_OPS:
+    if op in PRODUCT_OPS or name in PRODUCT_OPS:
         return "products"
     if op in KV_OPS:
         return "KV cache"
@@ -383,6 +391,12 @@ def main() -> None:
     parser.add_argument("--streams", default="1,8", help="concurrent streams ('' for none)")
     parser.add_argument("--stream-tokens", type=int, default=64)
     parser.add_argument("--main-thread", action="store_true", help="step there, not on a thread")
+    parser.add_argument(
+        "--packed",
+        choices=("on", "off", "both"),
+        default="on",
+        help="dense matrices packed for oneDNN (the engine's default), plain, or both side by side",
+    )
     args = parser.parse_args()
     precisions = [Precision(p.strip()) for p in args.precisions.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
@@ -391,31 +405,35 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
     started = time.perf_counter()
-    loaded: LoadedModel = load_model(None)
+    loaded: LoadedModel = on_fresh_thread(lambda: load_model(None))  # builtin/threads.py
     print(f"CPU: {cpu()}")
     print(
         f"model {loaded.name}, torch {torch.__version__}, intra-op threads"
         f" {torch.get_num_threads()}, interop threads {torch.get_num_interop_threads()}"
     )
     print(f"the steps run on {'the main thread' if args.main_thread else 'a thread of their own'}")
-    summary: dict[tuple[Precision, int], dict[str, float]] = {}
-    for precision in precisions:
-        print(f"\n## precision {precision.value}")
+    summary: dict[tuple[str, int], dict[str, float]] = {}
+    packings = {"on": [True], "off": [False], "both": [True, False]}[args.packed]
+    variants = [(p, packed) for p in precisions for packed in packings]
+    for precision, packed in variants:
+        label = precision.value + ("" if packed else " plain")
+        print(f"\n## precision {label}")
         config = BuiltinEngineConfig(
-            kv_cache_tokens=65_536, max_running=running, precision=precision
+            kv_cache_tokens=65_536, max_running=running, precision=precision, packed_weights=packed
         )
         engine = BuiltinEngine(loaded, config)
         for batch in batches:
             run = partial(profile_batch, engine, batch, args.steps)
-            summary[(precision, batch)] = run() if args.main_thread else on_thread(run)
+            summary[(label, batch)] = run() if args.main_thread else on_thread(run)
         if levels:
             run_handoff(engine, levels, args.stream_tokens)
     print("\n## summary: decode step ms (forward / sample), tok/s\n")
     print("| precision | " + " | ".join(f"batch {b}" for b in batches) + " |")
     print("|---|" + "---|" * len(batches))
-    for precision in precisions:
-        cells = [(b, summary[(precision, b)]) for b in batches]
-        print(f"| {precision.value} | " + " | ".join(cell(b, s) for b, s in cells) + " |")
+    labels = list(dict.fromkeys(label for label, _ in summary))
+    for label in labels:
+        cells = [(b, summary[(label, b)]) for b in batches]
+        print(f"| {label} | " + " | ".join(cell(b, s) for b, s in cells) + " |")
     print(f"\n(ran in {time.perf_counter() - started:.0f} s)")
 
 

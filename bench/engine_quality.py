@@ -34,6 +34,7 @@ from openai_load import complete
 from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.precision import Precision
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -221,7 +222,7 @@ async def main() -> None:
     args = parser.parse_args()
     import peer_servers
 
-    loaded = load_model(None)
+    loaded = on_fresh_thread(lambda: load_model(None))  # engines/builtin/threads.py
     names = [n for n in args.peers.split(",") if n]
     up, down = await peer_servers.start(names) if names else ({}, {})
     for name, why in down.items():

@@ -10,6 +10,7 @@ import pytest
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.loop import Abort, Add, EngineLoop, Stop
 from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import FinishReason
 from tests.engines.tiny import tiny_model
 
@@ -114,3 +115,39 @@ def test_stop_ends_the_thread_and_later_commands_are_not_applied() -> None:
     loop.stop()
     assert recorder.events == []
     assert not loop.core.scheduler.has_work
+
+
+def test_each_busy_period_steps_on_a_thread_that_ends_with_it() -> None:
+    """An idle engine keeps no stepping thread (nor the OpenMP pool it made: threads.py);
+    the next request steps on a new one."""
+    loop, recorder = engine_loop()
+    stepped_on: list[threading.Thread] = []
+
+    def record(events: list[TokenEvent]) -> None:
+        stepped_on.append(threading.current_thread())
+        recorder(events)
+
+    loop._emit = record
+    loop.start()
+    try:
+        loop.submit(seq("a"))
+        recorder.wait("a")
+        first = stepped_on[-1]
+        first.join(TIMEOUT)  # the busy period is over: its thread ends
+        assert not first.is_alive() and first.name == "parley-engine-steps"
+        loop.submit(seq("b"))
+        recorder.wait("b")
+        assert stepped_on[-1] is not first
+        assert [e.token for e in recorder.of("b") if e.token is not None]
+    finally:
+        loop.stop()
+    assert not loop._thread.is_alive()
+
+
+def test_on_fresh_thread_returns_the_result_or_raises_the_error() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    assert on_fresh_thread(where, name="t-x") == "t-x"
+    with pytest.raises(ZeroDivisionError):
+        on_fresh_thread(lambda: 1 / 0)

@@ -16,14 +16,23 @@ from parley.engines.settings import BuiltinEngineSettings
 from tests.engines.tiny import TINY, tiny_model, tiny_weights
 
 PRECISIONS = list(Precision)
+# every precision as the engine runs it (dense matrices packed for oneDNN), and the dense
+# ones unpacked (F.linear) too
+BUILDS = [
+    pytest.param(p, packed, id=f"{p.value}{'-packed' if packed else ''}")
+    for p in PRECISIONS
+    for packed in ((False, True) if not p.quantized else (True,))
+]
 PROMPTS = [[5, 17, 33, 8], [9, 9, 9], list(range(3, 40)), [50], [11, 12, 13, 14, 15, 16, 17, 18]]
 # largest |logit error| / max |logit| against float32 on the tiny model
-TOLERANCE = {Precision.FP32: 0.0, Precision.BF16: 0.05, Precision.INT8: 0.05, Precision.INT4: 0.05}
+TOLERANCE = {Precision.FP32: 1e-5, Precision.BF16: 0.05, Precision.INT8: 0.05, Precision.INT4: 0.05}
 
 
-def core(precision: Precision, num_blocks: int = 64, max_batch_tokens: int = 512) -> EngineCore:
+def core(
+    precision: Precision, packed: bool, num_blocks: int = 64, max_batch_tokens: int = 512
+) -> EngineCore:
     return EngineCore(
-        tiny_model(precision=precision),
+        tiny_model(precision=precision, packed=packed),
         num_blocks=num_blocks,
         block_size=4,
         max_batch_tokens=max_batch_tokens,
@@ -79,40 +88,40 @@ def assert_same_answer(
     assert best - second < NEAR_TIE, (precision, parted, best - second)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_greedy_batched_equals_alone(precision: Precision) -> None:
-    batched, _ = run_traced(core(precision), PROMPTS, 16)
+@pytest.mark.parametrize(("precision", "packed"), BUILDS)
+def test_greedy_batched_equals_alone(precision: Precision, packed: bool) -> None:
+    batched, _ = run_traced(core(precision, packed), PROMPTS, 16)
     for i, prompt in enumerate(PROMPTS):
-        (alone,), trace = run_traced(core(precision), [prompt], 16)
+        (alone,), trace = run_traced(core(precision, packed), [prompt], 16)
         assert len(alone.output) == 16
         assert_same_answer(precision, batched[i].output, alone.output, trace["s0"])
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_chunked_prefill_gives_the_same_tokens(precision: Precision) -> None:
+@pytest.mark.parametrize(("precision", "packed"), BUILDS)
+def test_chunked_prefill_gives_the_same_tokens(precision: Precision, packed: bool) -> None:
     long = [list(range(2, 90))]
-    (whole,), trace = run_traced(core(precision), long, 12)
-    (chunked,), _ = run_traced(core(precision, max_batch_tokens=7), long, 12)
+    (whole,), trace = run_traced(core(precision, packed), long, 12)
+    (chunked,), _ = run_traced(core(precision, packed, max_batch_tokens=7), long, 12)
     assert_same_answer(precision, chunked.output, whole.output, trace["s0"])
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_the_prefix_cache_changes_no_token(precision: Precision) -> None:
+@pytest.mark.parametrize(("precision", "packed"), BUILDS)
+def test_the_prefix_cache_changes_no_token(precision: Precision, packed: bool) -> None:
     shared = list(range(3, 43))
-    warm = core(precision)
+    warm = core(precision, packed)
     run(warm, [[*shared, 50, 51]], 8)
     second = Sequence("b", [*shared, 60, 61, 62], SamplingParams(max_tokens=8))
     warm.add(second)
     while warm.scheduler.has_work:
         warm.step()
     assert second.num_cached_prompt == 40
-    (cold,), trace = run_traced(core(precision), [[*shared, 60, 61, 62]], 8)
+    (cold,), trace = run_traced(core(precision, packed), [[*shared, 60, 61, 62]], 8)
     assert_same_answer(precision, second.output, cold.output, trace["s0"])
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_abort_frees_the_blocks_at_once(precision: Precision) -> None:
-    c = core(precision, num_blocks=32)
+@pytest.mark.parametrize(("precision", "packed"), BUILDS)
+def test_abort_frees_the_blocks_at_once(precision: Precision, packed: bool) -> None:
+    c = core(precision, packed, num_blocks=32)
     s = Sequence("a", list(range(3, 30)), SamplingParams(max_tokens=100, temperature=0.8))
     c.add(s)
     for _ in range(3):
@@ -124,8 +133,8 @@ def test_abort_frees_the_blocks_at_once(precision: Precision) -> None:
     assert not c.scheduler.has_work
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision) -> None:
+@pytest.mark.parametrize(("precision", "packed"), BUILDS)
+def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision, packed: bool) -> None:
     """Every precision is float32 on the weights it holds (bf16-rounded, or dequantized int8
     and int4), up to bf16's rounding of the products' inputs."""
     weights = tiny_weights()
@@ -139,7 +148,7 @@ def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision) -> N
 
     for prompt in PROMPTS:
         want = logits(LlamaModel.from_hf(TINY, weights), prompt)
-        got = logits(tiny_model(precision=precision), prompt)
+        got = logits(tiny_model(precision=precision, packed=packed), prompt)
         assert got.dtype == torch.float32  # logits come back in float32 for sampling
         rel = float((got - want).abs().max() / want.abs().max())
         assert rel <= TOLERANCE[precision] + 1e-5, (precision, rel)
@@ -196,3 +205,16 @@ def test_the_former_dtype_setting_reads_as_a_precision() -> None:
         BuiltinEngineSettings.model_validate({"dtype": "float16"})
     with pytest.raises(ValueError, match="'auto', 'fp32', 'bf16', 'int8' or 'int4'"):
         BuiltinEngineSettings.model_validate({"precision": "fp8"})
+
+
+@pytest.mark.parametrize("precision", [Precision.FP32, Precision.BF16])
+def test_packing_hands_every_dense_matrix_to_onednn_and_keeps_its_values(
+    precision: Precision,
+) -> None:
+    model = tiny_model(precision=precision)
+    before = model.lm_head.dequantized().clone()
+    packed = model.pack_weights()
+    dense_bf16 = precision is Precision.BF16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert packed == (0 if dense_bf16 else 4 * TINY.num_layers + 1)
+    assert torch.equal(model.lm_head.dequantized(), before)
+    assert model.pack_weights() == packed  # packing twice changes nothing

@@ -63,7 +63,9 @@ def prompt_ids(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def engine(loaded: LoadedModel) -> EngineCore:
+    """The model as the engine runs it: its matrices packed for oneDNN."""
     model = LlamaModel.from_hf(loaded.config, loaded.weights)
+    assert model.pack_weights() == 4 * loaded.config.num_layers + 1
     return EngineCore(model, num_blocks=512, block_size=16)
 
 

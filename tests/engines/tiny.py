@@ -48,8 +48,13 @@ def tiny_weights(seed: int = 0) -> dict[str, torch.Tensor]:
     return random_weights(TINY, seed)
 
 
-def tiny_model(seed: int = 0, precision: Precision = Precision.FP32) -> LlamaModel:
-    return LlamaModel.from_hf(TINY, tiny_weights(seed), precision)
+def tiny_model(
+    seed: int = 0, precision: Precision = Precision.FP32, packed: bool = False
+) -> LlamaModel:
+    model = LlamaModel.from_hf(TINY, tiny_weights(seed), precision)
+    if packed:
+        model.pack_weights()
+    return model
 
 
 # -- a tiny chat model in a Hugging Face folder (for whole-service tests of the engine) ------

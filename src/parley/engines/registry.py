@@ -80,22 +80,23 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
     from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
     from parley.engines.builtin.loader import load_model
     from parley.engines.builtin.precision import choose
+    from parley.engines.builtin.threads import on_fresh_thread
 
     b = settings.builtin_engine
     device = torch.device(b.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    loaded = load_model(b.model, dtype=torch.float32)
-    loaded.name = name or builtin_model_name(settings)
-    return BuiltinEngine(
-        loaded,
-        BuiltinEngineConfig(
-            kv_cache_tokens=b.kv_cache_tokens,
-            block_size=b.block_size,
-            max_batch_tokens=b.max_batch_tokens,
-            max_running=b.max_running,
-            precision=choose(b.precision, device),
-            device=device.type,
-        ),
+    config = BuiltinEngineConfig(
+        kv_cache_tokens=b.kv_cache_tokens,
+        block_size=b.block_size,
+        max_batch_tokens=b.max_batch_tokens,
+        max_running=b.max_running,
+        precision=choose(b.precision, device),
+        device=device.type,
+        packed_weights=b.packed_weights,
     )
+    # loading (a GGUF is dequantized the first time) runs off this thread too: threads.py
+    loaded = on_fresh_thread(lambda: load_model(b.model, dtype=torch.float32))
+    loaded.name = name or builtin_model_name(settings)
+    return BuiltinEngine(loaded, config)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,11 @@ class BuiltinEngineSettings(BaseModel):
         "cache stay float32); auto: fp32 on a CPU, bf16 on a GPU.",
     )
     device: str | None = Field(default=None, description="cpu or cuda; default: cuda if present.")
+    packed_weights: bool = Field(
+        default=True,
+        description="fp32/bf16 matrices reordered once for oneDNN's products on a CPU (about "
+        "2x the plain products); false: PyTorch's plain F.linear.",
+    )
 
     @model_validator(mode="before")
     @classmethod

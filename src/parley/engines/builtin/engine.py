@@ -23,6 +23,7 @@ from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.builtin.tokenizer import TextTokenizer
 from parley.engines.interface import (
     ChatMessage,
@@ -43,6 +44,7 @@ class BuiltinEngineConfig:
     max_running: int = 64
     precision: Precision = Precision.FP32
     device: str | None = None
+    packed_weights: bool = True  # oneDNN's packed products for dense matrices on a CPU
 
 
 # a prompt longer than this (characters) is templated and encoded off the event loop
@@ -58,21 +60,28 @@ class BuiltinEngine:
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
-        model = engine_model(loaded, self.config.precision, device)
-        num_blocks = max(2, self.config.kv_cache_tokens // self.config.block_size)
-        self.core = EngineCore(
-            model,
-            num_blocks=num_blocks,
-            block_size=self.config.block_size,
-            max_batch_tokens=self.config.max_batch_tokens,
-            max_running=self.config.max_running,
-            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
-        )
+        self.core = on_fresh_thread(lambda: self._core(loaded, device))
         self._loop_thread = EngineLoop(self.core, self._on_events)
         self.output = OutputProcessor(self.tokenizer, cache_tokens=self.config.kv_cache_tokens)
         self._queues: dict[str, asyncio.Queue[Delta | EngineError]] = {}
         self._aio: asyncio.AbstractEventLoop | None = None
         self._started = False
+
+    def _core(self, loaded: LoadedModel, device: torch.device) -> EngineCore:
+        """The model at the configured precision (packed if so configured) in its core. Run
+        on a thread that ends (``threads.on_fresh_thread``): no torch work of the start-up
+        leaves an OpenMP pool beside the engine thread's."""
+        model = engine_model(loaded, self.config.precision, device)
+        if self.config.packed_weights:
+            model.pack_weights()
+        return EngineCore(
+            model,
+            num_blocks=max(2, self.config.kv_cache_tokens // self.config.block_size),
+            block_size=self.config.block_size,
+            max_batch_tokens=self.config.max_batch_tokens,
+            max_running=self.config.max_running,
+            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
+        )
 
     def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
         text = self.tokenizer.apply_chat_template(

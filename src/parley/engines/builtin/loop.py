@@ -3,8 +3,9 @@
 Other threads (the asyncio side) never touch the core: they put ``Add``, ``Abort`` and
 ``Stop`` on a queue, and the loop applies them between steps, in order, matched by type.
 It steps while the scheduler has work and blocks on the queue while it has none, so the
-event loop never waits on a forward pass. Every step's ``TokenEvent``s go to ``emit`` (called
-on the engine thread). Aborting a sequence the core does not hold (never added, or already
+event loop never waits on a forward pass; each busy period's steps run on a thread of their
+own (``threads.py``). Every step's ``TokenEvent``s go to ``emit`` (called on the thread that
+stepped). Aborting a sequence the core does not hold (never added, or already
 finished) does nothing and emits nothing.
 """
 
@@ -20,6 +21,7 @@ import torch
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.sequence import Sequence
+from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import FinishReason
 
 log = logging.getLogger(__name__)
@@ -74,12 +76,18 @@ class EngineLoop:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        torch.set_grad_enabled(False)
-        while True:
-            if not self._drain(block=not self.core.scheduler.has_work):
+        """Wait for commands while idle; step each busy period (from a command that brings
+        work to the step that leaves none) on a thread of its own that ends with it, so that
+        an idle engine holds no OpenMP pool to throttle another thread's (``threads.py``)."""
+        while self._drain(block=True):
+            busy = self.core.scheduler.has_work
+            if busy and not on_fresh_thread(self._busy, name="parley-engine-steps"):
                 return
-            if not self.core.scheduler.has_work:
-                continue
+
+    def _busy(self) -> bool:
+        """Step until no work is left, applying commands between steps; False on ``Stop``."""
+        torch.set_grad_enabled(False)
+        while self.core.scheduler.has_work:
             try:
                 events = self.core.step()
             except Exception:
@@ -87,6 +95,9 @@ class EngineLoop:
                 events = self._fail_all()
             if events:
                 self._emit(events)
+            if not self._drain(block=False):
+                return False
+        return True
 
     def _drain(self, block: bool) -> bool:
         """Apply the queued commands, waiting for one if ``block``; False on ``Stop``."""

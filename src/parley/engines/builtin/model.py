@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from parley.engines.builtin.config import ModelConfig
-from parley.engines.builtin.linear import Linear, Parts, linear, quantize
+from parley.engines.builtin.linear import DenseLinear, Linear, Parts, linear, quantize
 from parley.engines.builtin.precision import Precision
 
 Built = dict[str, Tensor]  # the model's tensors as held: see build_weights()
@@ -181,6 +181,22 @@ class LlamaModel:
         ]
         head = _parts(on, "lm_head") or {"weight": self.embed}  # tied and dense: the same
         self.lm_head: Linear = linear(head, precision)
+
+    def pack_weights(self) -> int:
+        """Hand every dense matrix to oneDNN for its packed products (``DenseLinear.pack``);
+        how many it took. Quantized matrices have their own packed kernels already. When
+        any were packed, the tensors still read from the built-weights cache (embedding,
+        norms) are copied out of it, so that nothing holds the memory-mapped file: its pages,
+        all read once to pack, would otherwise stay resident beside the packed copies."""
+        matrices: list[Linear] = [self.lm_head]
+        for layer in self.layers:
+            matrices += [layer.attn.qkv, layer.attn.o_proj, layer.mlp.gate_up, layer.mlp.down]
+        packed = sum(m.pack() for m in matrices if isinstance(m, DenseLinear))
+        if packed:
+            self.embed, self.norm = self.embed.clone(), self.norm.clone()
+            for layer in self.layers:
+                layer.attn_norm, layer.mlp_norm = layer.attn_norm.clone(), layer.mlp_norm.clone()
+        return packed
 
     @classmethod
     def from_hf(
