@@ -140,6 +140,21 @@ async def test_a_message_to_an_archived_chat_brings_it_back_first(
     assert (await run_client.get(f"/api/runs/{first_run}", headers=auth)).status_code == 200
 
 
+async def test_a_restored_chat_is_not_archived_again_before_its_write(
+    run_client: httpx.AsyncClient, run_services: Services
+) -> None:
+    """A restore is for a write: it counts as activity, so the next pass leaves the chat
+    (else a pass between the restore and the write archives it again: 409 chat_archived)."""
+    auth = await user_headers(run_client, "ada@example.com")
+    chat_id = await _chat_with_answers(run_client, auth, turns=1)
+    await _age(run_services, chat_id)
+    assert (await run_services.archiver.archive_due()).archived == 1
+    assert await run_services.archiver.restore(await _chat(run_services, chat_id))
+    assert (await run_services.archiver.archive_due()).archived == 0
+    sent = await send_json(run_client, auth, chat_id, "still here?")
+    assert (await wait_run(run_client, auth, sent["run_id"]))["status"] == "completed"
+
+
 async def test_another_users_archived_chat_is_not_found(
     run_client: httpx.AsyncClient, run_services: Services
 ) -> None:

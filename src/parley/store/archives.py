@@ -102,7 +102,9 @@ async def mark_restored(
     s: AsyncSession, chat: Chat, messages: list[Message], runs: list[Run]
 ) -> bool:
     """Put the rows back and clear the pointer, if the chat is still archived under the
-    same key (False: another process restored it first; nothing changed)."""
+    same key (False: another process restored it first; nothing changed). A restore is
+    for a write, so it counts as activity: else the chat, idle as before, would be
+    archived again by the next pass, possibly before that write (409 ``chat_archived``)."""
     cleared = await s.scalar(
         update(Chat)
         .where(
@@ -111,7 +113,7 @@ async def mark_restored(
             Chat.archive_key == chat.archive_key,
             Chat.archived_at.is_not(None),
         )
-        .values(archived_at=None, archive_key=None, archive_bytes=None)
+        .values(archived_at=None, archive_key=None, archive_bytes=None, last_activity_at=utcnow())
         .returning(Chat.id)
     )
     if cleared is None:
