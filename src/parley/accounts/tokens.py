@@ -39,4 +39,5 @@ def csrf_token(secret_key: str, session_id: str) -> str:
 def csrf_token_valid(secret_key: str, session_id: str, presented: str | None) -> bool:
     if not presented:
         return False
-    return hmac.compare_digest(csrf_token(secret_key, session_id), presented)
+    # as bytes: a str with non-ASCII characters makes compare_digest raise (a 500)
+    return hmac.compare_digest(csrf_token(secret_key, session_id).encode(), presented.encode())

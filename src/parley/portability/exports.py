@@ -118,7 +118,7 @@ class Exports:
         if not expires_text.isdigit() or len(expires_text) > 12:
             return False
         expires = int(expires_text)
-        good = hmac.compare_digest(signature, self._sign(export_id, expires))
+        good = hmac.compare_digest(signature.encode(), self._sign(export_id, expires).encode())
         return good and expires >= time.time()
 
     def _sign(self, export_id: str, expires: int) -> str:
