@@ -53,3 +53,26 @@ async def test_production_can_turn_the_docs_on(
 ) -> None:
     assert (await client.get("/docs")).status_code == 200
     assert (await client.get("/openapi.json")).status_code == 200
+
+
+async def test_every_reference_in_the_openapi_document_resolves(
+    client: httpx.AsyncClient,
+) -> None:
+    document = (await client.get("/openapi.json")).json()
+
+    def refs(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+            return own + [r for value in node.values() for r in refs(value)]
+        if isinstance(node, list):
+            return [r for item in node for r in refs(item)]
+        return []
+
+    found = refs(document)
+    assert any(r.startswith("#/components/schemas/") for r in found)
+    for ref in found:
+        assert ref.startswith("#/"), ref  # within the document
+        target: Any = document
+        for part in ref.removeprefix("#/").split("/"):
+            assert isinstance(target, dict) and part in target, ref  # e.g. a nested #/$defs/…
+            target = target[part]

@@ -117,6 +117,28 @@ async def test_regenerating_adds_a_sibling_answer(run_client: httpx.AsyncClient)
     assert len((await _shown(run_client, auth, chat))[1]["sibling_ids"]) == 3
 
 
+async def test_a_bad_regenerate_body_is_refused_and_makes_no_answer(
+    run_client: httpx.AsyncClient,
+) -> None:
+    auth = await user_headers(run_client, "ada@example.com")
+    chat = await new_chat(run_client, auth)
+    first = await _say(run_client, auth, chat, "a question")
+    url = f"/api/chats/{chat}/messages/{first['message_id']}/regenerate"
+    # found by schemathesis: lax pydantic read `true` as max_tokens 1 and answered
+    for body in (
+        {"max_tokens": True},
+        {"max_tokens": "4"},
+        {"temperature": True},
+        {"max_tokens": 0},
+        {"colour": "red"},
+    ):
+        r = await run_client.post(url, json=body, headers={**auth, **JSON})
+        assert r.status_code == 422, (body, r.text)
+        assert r.json()["error"]["code"] == "validation_error"
+    shown = await _shown(run_client, auth, chat)
+    assert shown[1]["sibling_ids"] == [first["message_id"]]
+
+
 async def test_another_users_messages_are_not_found_and_answers_are_not_editable(
     run_client: httpx.AsyncClient,
 ) -> None:

@@ -71,6 +71,10 @@ async def test_bad_sends_get_clear_errors_and_store_nothing(
         ({"content": "x", "max_tokens": 100_000}, 422, "max_tokens_too_large"),
         ({"content": "x", "max_tokens": 0}, 422, None),
         ({"content": "x", "temperature": 5}, 422, None),
+        # the wrong JSON type is refused, not read as a number (lax pydantic takes true as 1)
+        ({"content": "x", "max_tokens": True}, 422, None),
+        ({"content": "x", "max_tokens": "5"}, 422, None),
+        ({"content": "x", "temperature": False}, 422, None),
         ({"content": "x" * 40_000}, 422, "content_too_long"),
         ({"content": "x", "extra": 1}, 422, None),
     ]

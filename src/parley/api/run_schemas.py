@@ -4,19 +4,20 @@ events of a run's stream (part of the public contract, beside ``api/schemas.py``
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from parley.api.schemas import Strict, Text
 from parley.domain import RunSource, RunStatus
+from parley.json_types import Integer, Number
 
 
 class MessageCreate(Strict):
     content: Annotated[Text, Field(min_length=1)]
     model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    max_tokens: Annotated[Integer, Field(ge=1)] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
     edit_of: Annotated[str, Field(max_length=64)] | None = Field(
         None,
         description="A user message this one replaces: the new message becomes its sibling "
@@ -35,8 +36,8 @@ class Regenerate(Strict):
     """Answer a message again: another answer beside it, the same or another model."""
 
     model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    max_tokens: Annotated[Integer, Field(ge=1)] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
 
 
 class BranchSwitch(Strict):
@@ -192,8 +193,28 @@ def sse_item_schema() -> dict[str, object]:
             "data": {
                 "type": "string",
                 "contentMediaType": "application/json",
-                "contentSchema": {"oneOf": [m.model_json_schema() for m in payloads]},
+                # the payload of the event named by `event` (a done payload also fits status)
+                "contentSchema": {"anyOf": [_inlined(m.model_json_schema()) for m in payloads]},
             },
             "retry": {"type": "integer"},
         },
     }
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A model's JSON schema with its ``$defs`` put in place: nested inside the document, a
+    ``#/$defs/…`` reference would point at the document's root, where there are none."""
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    inlined: dict[str, Any] = resolve(schema)
+    return inlined

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parley.json_types import Flag, Integer, Number
+
 Role = Literal["system", "user", "assistant", "developer", "tool"]
 FinishReasonName = Literal["stop", "length", "abort", "content_filter", "tool_calls"]
 
@@ -54,29 +56,29 @@ class WireMessage(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: bool = False
+    include_usage: Flag = False
 
 
 class ChatCompletionRequest(_Lenient):
     model: Annotated[str, Field(min_length=1, max_length=200)]
     messages: Annotated[list[WireMessage], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(gt=0)] | None = None
-    max_completion_tokens: Annotated[int, Field(gt=0)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    seed: int | None = None
+    max_tokens: Annotated[Integer, Field(gt=0)] | None = None
+    max_completion_tokens: Annotated[Integer, Field(gt=0)] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[Number, Field(gt=0, le=1)] | None = None
+    seed: Integer | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: Flag = False
     stream_options: StreamOptions | None = None
-    n: Annotated[int, Field(ge=1)] | None = None
+    n: Annotated[Integer, Field(ge=1)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
     # parley's /v1: keep the conversation and its answer as a chat of the caller's
-    store: bool = False
+    store: Flag = False
     # what parley cannot honour, named so that a request asking for it is refused, not
     # silently served without it
     tools: list[object] | None = None
     functions: list[object] | None = None
-    logprobs: bool | None = None
+    logprobs: Flag | None = None
     response_format: dict[str, object] | None = None
 
     @property
