@@ -4,12 +4,17 @@ frees the blocks at once; and its logits stay near float32's."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+from pathlib import Path
+
 import pytest
 import torch
 
+from parley.engines.builtin.aligned import read_aligned, write_aligned
 from parley.engines.builtin.core import EngineCore
 from parley.engines.builtin.linear import INT4_GROUP, make_linear
-from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.model import LlamaModel, build_weights
 from parley.engines.builtin.precision import Precision, choose
 from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
 from parley.engines.settings import BuiltinEngineSettings
@@ -218,3 +223,38 @@ def test_packing_hands_every_dense_matrix_to_onednn_and_keeps_its_values(
     assert packed == (0 if dense_bf16 else 4 * TINY.num_layers + 1)
     assert torch.equal(model.lm_head.dequantized(), before)
     assert model.pack_weights() == packed  # packing twice changes nothing
+
+
+def _mapped_files(tensor: torch.Tensor) -> set[str]:
+    """The files (per /proc/self/maps) whose mapping holds ``tensor``'s first byte."""
+    address, files = tensor.data_ptr(), set()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *rest = line.split()
+        start, end = (int(x, 16) for x in span.split("-"))
+        if start <= address < end and len(rest) >= 5:
+            files.add(rest[4])
+    return files
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+def test_after_packing_the_embedding_is_read_from_a_fresh_mapping_not_a_copy(
+    tmp_path: Path,
+) -> None:
+    # the pages of the first mapping were all read to pack: kept, they would stay resident
+    file = tmp_path / "built.safetensors"
+    write_aligned(build_weights(TINY, tiny_weights(), Precision.FP32), file, {})
+    plain = EngineCore(LlamaModel(TINY, read_aligned(file)), num_blocks=64, block_size=4)
+    model = LlamaModel(TINY, read_aligned(file))
+    first = weakref.ref(model.embed)
+    model.pack_weights(lambda: read_aligned(file))
+    gc.collect()
+    assert first() is None  # nothing holds the first mapping's embedding
+    assert _mapped_files(model.embed) == {str(file)}  # not an anonymous copy
+    assert _mapped_files(model.layers[1].mlp_norm) == {str(file)}
+    packed = EngineCore(model, num_blocks=64, block_size=4)
+    prompts = [[1, 5, 9, 14], [1, 7, 7, 30, 2]]
+    assert run(packed, prompts, 6) == run(plain, prompts, 6)
+    # without a fresh mapping, they are copied out (anonymous memory)
+    copied = LlamaModel(TINY, read_aligned(file))
+    copied.pack_weights()
+    assert str(file) not in _mapped_files(copied.embed)

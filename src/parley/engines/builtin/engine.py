@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
-from parley.engines.builtin.loader import LoadedModel, engine_model
+from parley.engines.builtin.loader import LoadedModel, engine_model, mapped_again
 from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
@@ -73,7 +73,7 @@ class BuiltinEngine:
         leaves an OpenMP pool beside the engine thread's."""
         model = engine_model(loaded, self.config.precision, device)
         if self.config.packed_weights:
-            model.pack_weights()
+            model.pack_weights(mapped_again(loaded, self.config.precision))
         return EngineCore(
             model,
             num_blocks=max(2, self.config.kv_cache_tokens // self.config.block_size),

@@ -9,6 +9,7 @@ cached beside the dequantized ones, so a second start maps them instead of build
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -34,7 +35,7 @@ from parley.engines.builtin.config import (
     UnsupportedModel,
     gguf_metadata,
 )
-from parley.engines.builtin.model import LlamaModel, build_weights
+from parley.engines.builtin.model import Built, LlamaModel, build_weights
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.tokenizer import TextTokenizer
 
@@ -262,6 +263,13 @@ def engine_model(loaded: LoadedModel, precision: Precision, device: torch.device
         if file is not None:
             _write_cache(file, built, _built_meta(file), write_aligned)
     return LlamaModel(loaded.config, built, precision, device)
+
+
+def mapped_again(loaded: LoadedModel, precision: Precision) -> Callable[[], Built | None] | None:
+    """How to map ``loaded``'s built tensors at ``precision`` afresh (None: not cached), for
+    ``LlamaModel.pack_weights``: a new mapping's pages are resident only once read."""
+    file = _built_file(loaded.cache_file, precision)
+    return None if file is None else functools.partial(_read_built, file)
 
 
 def _built_file(cache_file: Path | None, precision: Precision) -> Path | None:

@@ -13,6 +13,7 @@ SwiGLU MLP, as in Llama, SmolLM and friends. Weights are held at a ``Precision``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,21 +183,32 @@ class LlamaModel:
         head = _parts(on, "lm_head") or {"weight": self.embed}  # tied and dense: the same
         self.lm_head: Linear = linear(head, precision)
 
-    def pack_weights(self) -> int:
+    def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:
         """Hand every dense matrix to oneDNN for its packed products (``DenseLinear.pack``);
-        how many it took. Quantized matrices have their own packed kernels already. When
-        any were packed, the tensors still read from the built-weights cache (embedding,
-        norms) are copied out of it, so that nothing holds the memory-mapped file: its pages,
-        all read once to pack, would otherwise stay resident beside the packed copies."""
+        how many it took. Quantized matrices have their own packed kernels already.
+
+        The embedding and the norms are still read from the built tensors. When those come
+        from the memory-mapped cache file, its pages were all read once to pack and would
+        stay resident beside the packed copies. So when any matrix was packed, the model
+        lets go of them: it takes the tensors from ``mapped_again`` (a fresh mapping of
+        the same file, whose pages are resident only once read: an embedding row a token)
+        or, without one, copies them out."""
         matrices: list[Linear] = [self.lm_head]
         for layer in self.layers:
             matrices += [layer.attn.qkv, layer.attn.o_proj, layer.mlp.gate_up, layer.mlp.down]
         packed = sum(m.pack() for m in matrices if isinstance(m, DenseLinear))
         if packed:
-            self.embed, self.norm = self.embed.clone(), self.norm.clone()
-            for layer in self.layers:
-                layer.attn_norm, layer.mlp_norm = layer.attn_norm.clone(), layer.mlp_norm.clone()
+            self._let_go_of_built(mapped_again() if mapped_again is not None else None)
         return packed
+
+    def _let_go_of_built(self, fresh: Built | None) -> None:
+        def own(name: str, tensor: Tensor) -> Tensor:
+            return tensor.clone() if fresh is None else fresh[name].to(self.device)
+
+        self.embed, self.norm = own("embed", self.embed), own("norm", self.norm)
+        for i, layer in enumerate(self.layers):
+            layer.attn_norm = own(f"layers.{i}.attn_norm", layer.attn_norm)
+            layer.mlp_norm = own(f"layers.{i}.mlp_norm", layer.mlp_norm)
 
     @classmethod
     def from_hf(
