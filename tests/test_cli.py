@@ -186,3 +186,25 @@ def test_an_unreachable_redis_is_named(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert "redis" in r.stderr.lower()
+
+
+def test_an_unreachable_database_is_named_without_its_password(tmp_path: Path) -> None:
+    url = "postgresql://parley:sekrit@127.0.0.1:1/parley"
+    r = parley("migrate", "--database-url", url)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "cannot use the database" in r.stderr and "127.0.0.1:1" in r.stderr
+    assert "sekrit" not in r.stderr
+
+
+def test_the_command_line_loads_no_database_or_model_library_until_a_command_needs_it() -> None:
+    # `parley engine serve` starts sooner without SQLAlchemy, Redis and Alembic (~0.7 s)
+    probe = (
+        "import sys; from parley.cli import _parser; _parser().parse_args(['engine', 'serve']); "
+        "print(sorted(m for m in ('sqlalchemy', 'redis', 'alembic', 'torch', 'httpx') "
+        "if m in sys.modules))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert r.stdout.strip() == "[]", r.stdout

@@ -13,10 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.exceptions import RedisError
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-
 from parley import logs
 from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
@@ -140,11 +136,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except ConfigurationError as e:
         return _fail(str(e))
-    except RedisError as e:
-        return _fail(f"cannot use redis at {_redact(settings.redis_url or '')}: {e}")
-    except (OSError, SQLAlchemyError) as e:
+    except Exception as e:
+        message = _unreachable(e, settings)
+        if message is None:
+            raise
+        return _fail(message)
+
+
+def _unreachable(e: Exception, settings: Settings) -> str | None:
+    """What a failure to reach Redis or the database says, or None for any other error. The
+    libraries are looked up, not imported: a command that never loaded one (``parley engine
+    serve`` loads neither) cannot have failed in it."""
+    redis_errors = sys.modules.get("redis.exceptions")
+    if redis_errors is not None and isinstance(e, redis_errors.RedisError):
+        return f"cannot use redis at {_redact(settings.redis_url or '')}: {e}"
+    sa_errors = sys.modules.get("sqlalchemy.exc")
+    database_errors = (OSError,) if sa_errors is None else (OSError, sa_errors.SQLAlchemyError)
+    if isinstance(e, database_errors):
         reason = getattr(e, "orig", None) or e
-        return _fail(f"cannot use the database {_safe_url(settings)}: {reason}")
+        return f"cannot use the database {_safe_url(settings)}: {reason}"
+    return None
 
 
 async def _serve(_: argparse.Namespace, settings: Settings) -> int:
@@ -299,6 +310,8 @@ def _redact(url: str) -> str:
 
 
 def _safe_url(settings: Settings) -> str:
+    from sqlalchemy.engine import make_url
+
     return make_url(settings.resolved_database_url).render_as_string(hide_password=True)
 
 

@@ -6,11 +6,14 @@ import argparse
 import getpass
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parley.config import Settings
 from parley.portability.admin import add_data_parsers
-from parley.store.database import Database
+
+# the database's libraries are imported when a command runs, not to build the parser
+if TYPE_CHECKING:
+    from parley.config import Settings
+    from parley.store.database import Database
 
 
 def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -101,6 +104,7 @@ async def user_list(_: argparse.Namespace, settings: Settings) -> int:
 
 async def open_db(settings: Settings) -> Database:
     """The database, migrated to the current schema (operators need not run migrate first)."""
+    from parley.store.database import Database
     from parley.store.migrate import upgrade
 
     db = Database(settings.resolved_database_url)

@@ -8,13 +8,11 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parley.archive.archiver import Archiver
-from parley.config import Settings
-from parley.store import archives
-from parley.store.database import Database
-from parley.store.migrate import upgrade
+# the database's libraries are imported when a command runs, not to build the parser
+if TYPE_CHECKING:
+    from parley.config import Settings
 
 
 def add_archive_parsers(sub: Any, settings_args: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -36,6 +34,10 @@ async def run_archive(args: argparse.Namespace, settings: Settings) -> int:
     if args.idle_days is not None and args.idle_days < 0:
         print("parley: --idle-days must not be negative", file=sys.stderr)
         return 2
+    from parley.archive.archiver import Archiver
+    from parley.store.database import Database
+    from parley.store.migrate import upgrade
+
     db = Database(settings.resolved_database_url)
     try:
         await upgrade(db)
@@ -55,6 +57,10 @@ async def run_archive(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def show_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import archives
+    from parley.store.database import Database
+    from parley.store.migrate import upgrade
+
     db = Database(settings.resolved_database_url)
     try:
         await upgrade(db)

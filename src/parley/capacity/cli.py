@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from parley.capacity.curve import Curve, from_engine_json, from_metrics, parse_points
 from parley.capacity.kv import CapacityInputError, ModelDims, parse_bytes, preset
 from parley.capacity.plan import (
@@ -125,6 +123,8 @@ async def _curve(args: argparse.Namespace) -> Curve:
     if args.curve_json is not None:
         return from_engine_json(args.curve_json, args.curve_side)
     if args.metrics is not None:
+        import httpx  # here: the parser is built for every command
+
         try:
             async with httpx.AsyncClient(timeout=10) as client:
                 r = await client.get(args.metrics)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parley.archive.archiver import Archiver
-from parley.config import Settings
-from parley.portability.archive_file import write_export
-from parley.store import users
-from parley.store.database import Database
-from parley.store.migrate import upgrade
+# the database's libraries are imported when a command runs, not to build the parser
+if TYPE_CHECKING:
+    from parley.archive.archiver import Archiver
+    from parley.config import Settings
+    from parley.store.database import Database
 
 
 def add_data_parsers(user_sub: Any, settings_args: Any) -> None:
@@ -32,6 +31,8 @@ def add_data_parsers(user_sub: Any, settings_args: Any) -> None:
 
 
 async def user_export(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.portability.archive_file import write_export
+
     db, archiver = await _open(settings)
     try:
         user_id = await _user_id(db, args.email)
@@ -46,6 +47,8 @@ async def user_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def user_delete(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import users
+
     if not args.yes:
         return _fail("deleting a user deletes all their data: add --yes to go ahead")
     db, archiver = await _open(settings)
@@ -63,12 +66,18 @@ async def user_delete(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _open(settings: Settings) -> tuple[Database, Archiver]:
+    from parley.archive.archiver import Archiver
+    from parley.store.database import Database
+    from parley.store.migrate import upgrade
+
     db = Database(settings.resolved_database_url)
     await upgrade(db)
     return db, Archiver.from_settings(db, settings)
 
 
 async def _user_id(db: Database, email: str) -> str | None:
+    from parley.store import users
+
     async with db.transaction() as s:
         user = await users.find_user_by_email(s, email)
     return None if user is None else user.id

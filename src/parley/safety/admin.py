@@ -14,13 +14,14 @@ import re
 import sys
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parley.config import Settings
 from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, utcnow
-from parley.store import refusals
-from parley.store.database import Database
-from parley.store.users import normalize_email
+
+# the database's libraries are imported when a command runs, not to build the parser
+if TYPE_CHECKING:
+    from parley.config import Settings
+    from parley.store import refusals
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -48,7 +49,10 @@ def duration(text: str) -> timedelta:
 
 
 async def list_refused(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.store import refusals
+    from parley.store.database import Database
     from parley.store.migrate import upgrade
+    from parley.store.users import normalize_email
 
     if args.limit <= 0:
         print("parley: --limit must be positive", file=sys.stderr)
