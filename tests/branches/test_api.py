@@ -34,12 +34,17 @@ async def _shown(
 
 
 async def _regenerate(
-    client: httpx.AsyncClient, auth: dict[str, str], chat_id: str, message_id: str, **headers: str
+    client: httpx.AsyncClient,
+    auth: dict[str, str],
+    chat_id: str,
+    message_id: str,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> httpx.Response:
     return await client.post(
         f"/api/chats/{chat_id}/messages/{message_id}/regenerate",
-        json={},
-        headers={**auth, **JSON, **headers},
+        json=body or {},
+        headers={**auth, **JSON, **(headers or {})},
     )
 
 
@@ -97,14 +102,14 @@ async def test_regenerating_adds_a_sibling_answer(run_client: httpx.AsyncClient)
     chat = await new_chat(run_client, auth)
     first = await _say(run_client, auth, chat, "a question")
     r = await _regenerate(
-        run_client, auth, chat, first["message_id"], **{"Idempotency-Key": "again-1"}
+        run_client, auth, chat, first["message_id"], headers={"Idempotency-Key": "again-1"}
     )
     assert r.status_code == 202, r.text
     again = r.json()
     assert again["user_message_id"] == first["user_message_id"]  # no new question
     await wait_run(run_client, auth, again["run_id"])
     same = await _regenerate(
-        run_client, auth, chat, first["message_id"], **{"Idempotency-Key": "again-1"}
+        run_client, auth, chat, first["message_id"], headers={"Idempotency-Key": "again-1"}
     )
     assert same.json()["run_id"] == again["run_id"]  # a retry makes nothing new
 
@@ -123,7 +128,6 @@ async def test_a_bad_regenerate_body_is_refused_and_makes_no_answer(
     auth = await user_headers(run_client, "ada@example.com")
     chat = await new_chat(run_client, auth)
     first = await _say(run_client, auth, chat, "a question")
-    url = f"/api/chats/{chat}/messages/{first['message_id']}/regenerate"
     # found by schemathesis: lax pydantic read `true` as max_tokens 1 and answered
     for body in (
         {"max_tokens": True},
@@ -132,7 +136,7 @@ async def test_a_bad_regenerate_body_is_refused_and_makes_no_answer(
         {"max_tokens": 0},
         {"colour": "red"},
     ):
-        r = await run_client.post(url, json=body, headers={**auth, **JSON})
+        r = await _regenerate(run_client, auth, chat, first["message_id"], body)
         assert r.status_code == 422, (body, r.text)
         assert r.json()["error"]["code"] == "validation_error"
     shown = await _shown(run_client, auth, chat)
