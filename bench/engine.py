@@ -1,6 +1,6 @@
 """The built-in engine on the bundled SmolLM2-135M, against llama.cpp, vLLM, transformers.
 
-    .venv/bin/python bench/engine.py [--precisions fp32,bf16,int8,int4]
+    .venv/bin/python bench/engine.py [--precisions fp32,bf16,int8,int4,w8a8]
         [--peers llama-f32,llama-f32-f16kv,llama-q8_0,llama-q4_0,llama-q4_1,vllm]
         [--levels 1,8,32,64] [--rounds 2] [--quick] [--quality] [--classic] [--json PATH]
 
@@ -506,6 +506,7 @@ def goals(levels: list[int], parley: Seq[Side], peers: Seq[Side]) -> None:
         ("parley-fp32", "llama-f32"),
         ("parley-fp32", "vllm"),
         ("parley-int8", "llama-q8_0"),
+        ("parley-w8a8", "llama-q8_0"),  # both round the product's inputs to 8 bits too
         ("parley-int4", "llama-q4_0"),
         ("parley-int4", "llama-q4_1"),
     ]
@@ -587,7 +588,7 @@ async def main() -> None:
     )
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--levels", default="1,8,32,64")
-    parser.add_argument("--precisions", default="fp32,bf16,int8,int4")
+    parser.add_argument("--precisions", default="fp32,bf16,int8,int4,w8a8")
     parser.add_argument(
         "--peers",
         default=None,

@@ -1,6 +1,6 @@
 """Greedy agreement of each engine precision (and optionally llama.cpp's GGUFs) with fp32.
 
-    .venv/bin/python bench/engine_quality.py [--precisions fp32,bf16,int8,int4] [--tokens 48]
+    .venv/bin/python bench/engine_quality.py [--precisions fp32,bf16,int8,int4,w8a8] [--tokens 48]
         [--peers llama-f32,llama-q8_0,llama-q4_0,llama-q4_1]
 
 For each precision parley's built-in engine (in-process, ``BuiltinEngine``, no HTTP) answers a
@@ -216,7 +216,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--precisions", default="fp32,bf16,int8,int4")
+    parser.add_argument("--precisions", default="fp32,bf16,int8,int4,w8a8")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--peers", default="", help="e.g. llama-f32,llama-q8_0,llama-q4_0")
     args = parser.parse_args()

@@ -30,7 +30,15 @@ BUILDS = [
 ]
 PROMPTS = [[5, 17, 33, 8], [9, 9, 9], list(range(3, 40)), [50], [11, 12, 13, 14, 15, 16, 17, 18]]
 # largest |logit error| / max |logit| against float32 on the tiny model
-TOLERANCE = {Precision.FP32: 1e-5, Precision.BF16: 0.05, Precision.INT8: 0.05, Precision.INT4: 0.05}
+TOLERANCE = {
+    Precision.FP32: 1e-5,
+    Precision.BF16: 0.05,
+    Precision.INT8: 0.05,
+    Precision.INT4: 0.05,
+    # w8a8 also rounds every product's input row to 8 bits (1/254 of the row's largest value),
+    # which compounds over the tiny random model's layers: ~9% here, against int8's ~1%
+    Precision.W8A8: 0.12,
+}
 
 
 def core(
@@ -166,13 +174,13 @@ def dequantized(name: str, weight: torch.Tensor, precision: Precision) -> torch.
     return make_linear(weight, precision).dequantized().float()
 
 
-@pytest.mark.parametrize("precision", [Precision.INT8, Precision.INT4])
+@pytest.mark.parametrize("precision", [Precision.INT8, Precision.INT4, Precision.W8A8])
 def test_a_quantized_weight_is_within_half_a_step_of_the_float_one(precision: Precision) -> None:
     torch.manual_seed(1)
     weight = torch.randn(48, 4 * INT4_GROUP)
     linear = make_linear(weight, precision)
     error = (linear.dequantized() - weight).abs()
-    if precision is Precision.INT8:
+    if precision is not Precision.INT4:
         step = weight.abs().amax(dim=1, keepdim=True) / 127
     else:
         groups = weight.view(48, -1, INT4_GROUP)
@@ -183,6 +191,24 @@ def test_a_quantized_weight_is_within_half_a_step_of_the_float_one(precision: Pr
     assert torch.allclose(
         got, x @ linear.dequantized().T, rtol=0.02, atol=0.05 * float(got.abs().max())
     )
+
+
+def test_w8a8_is_the_integer_product_of_the_rounded_row_and_weights_in_any_batch() -> None:
+    """Each row is rounded to int8 on its own (scale = its largest |value| / 127), the product is
+    exact integer arithmetic times the two scales, and a row's result is bit-identical alone
+    and in a batch (so answers never depend on the batch)."""
+    torch.manual_seed(2)
+    weight, x = torch.randn(40, 96), torch.randn(7, 96) * torch.arange(1, 8)[:, None]
+    linear = make_linear(weight, Precision.W8A8)
+    w_scale = weight.abs().amax(1) / 127
+    q_w = torch.round(weight / w_scale[:, None])
+    x_scale = x.abs().amax(1) / 127
+    q_x = torch.round(x / x_scale[:, None])
+    want = (q_x.double() @ q_w.double().T) * w_scale.double() * x_scale.double()[:, None]
+    got = linear(x)
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-4)
+    for i in range(x.shape[0]):
+        assert torch.equal(linear(x[i : i + 1])[0], got[i])
 
 
 def test_int4_refuses_inputs_not_in_whole_groups() -> None:
@@ -208,7 +234,7 @@ def test_the_former_dtype_setting_reads_as_a_precision() -> None:
     assert BuiltinEngineSettings.model_validate({}).precision == "auto"
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         BuiltinEngineSettings.model_validate({"dtype": "float16"})
-    with pytest.raises(ValueError, match="'auto', 'fp32', 'bf16', 'int8' or 'int4'"):
+    with pytest.raises(ValueError, match="'auto', 'fp32', 'bf16', 'int8', 'int4' or 'w8a8'"):
         BuiltinEngineSettings.model_validate({"precision": "fp8"})
 
 

@@ -33,7 +33,7 @@ class BuiltinEngineSettings(BaseModel):
     block_size: int = Field(default=16, gt=0)
     max_batch_tokens: int = Field(default=512, gt=0)
     max_running: int = Field(default=64, gt=0)
-    precision: Literal["auto", "fp32", "bf16", "int8", "int4"] = Field(
+    precision: Literal["auto", "fp32", "bf16", "int8", "int4", "w8a8"] = Field(
         default="auto",
         description="The weights: fp32, bf16, int8 or int4 (weight-only; activations and KV "
         "cache stay float32); auto: fp32 on a CPU, bf16 on a GPU.",

@@ -4,11 +4,15 @@ One forward pass serves a ragged batch: the new tokens of every scheduled sequen
 concatenated, so every projection and MLP is one matrix product for the whole batch (q, k
 and v in one product, gate and up in another). Attention is per group: decoding sequences
 (one new token each) are attended in one padded call over their blocks; each prefill chunk
-attends over its own cached prefix plus itself with a causal mask. K/V live in per-layer
-caches of ``[num_blocks, block_size, kv_heads, head_dim]``; a sequence's block table lists
-its blocks. RMSNorm, RoPE (Hugging Face's rotate-half layout), grouped-query attention and a
-SwiGLU MLP, as in Llama, SmolLM and friends. Weights are held at a ``Precision``
-(``linear.py``); the model is built from Hugging Face-named weights, never initialised.
+attends over its own cached prefix plus itself with a causal mask. K/V live in one cache a
+layer, ``[num_blocks, block_size, 2 * kv_heads, head_dim]`` (a slot's K heads, then its V
+heads, as the fused product lays them out), so one copy writes a step's K and V and one
+gather reads a sequence's blocks; a sequence's block table lists its blocks. RMSNorm, RoPE,
+grouped-query attention and a SwiGLU MLP, as in Llama, SmolLM and friends. The q and k rows
+of each head are held with each rotated pair adjacent (as llama.cpp's GGUF files hold them,
+not Hugging Face's rotate-half halves), so RoPE is one complex multiply, in place on the
+product's output. Weights are held at a ``Precision`` (``linear.py``); the model is built
+from Hugging Face-named weights, never initialised.
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from parley.engines.builtin.config import ModelConfig
-from parley.engines.builtin.linear import DenseLinear, Linear, Parts, linear, quantize
+from parley.engines.builtin.linear import (
+    DenseLinear,
+    Int8DynamicLinear,
+    Linear,
+    Parts,
+    linear,
+    quantize,
+)
 from parley.engines.builtin.precision import Precision
 
 Built = dict[str, Tensor]  # the model's tensors as held: see build_weights()
-KVCache = list[tuple[Tensor, Tensor]]  # per layer: K and V, [num_blocks, block_size, KVH, D]
+KVCache = list[Tensor]  # per layer: [num_blocks, block_size, 2 * KVH, D], K heads then V heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,39 +55,45 @@ class BatchLayout:
     """Where each sequence's tokens sit in the flat batch, and where their K/V go."""
 
     slot_mapping: Tensor  # [T] int64: cache slot each new token's K/V is written to
-    cos: Tensor  # [T, 1, D] rotary angles of each row's position
-    sin: Tensor  # [T, 1, D] (sign folded in: rotate-half is a roll by D/2 times this)
+    rotation: Tensor  # [T, 1, D/2] complex: e^(i·angle) of each row's position, per pair
     decode_rows: Tensor  # [B] int64: rows of the decoding sequences
     decode_blocks: Tensor  # [B, NB] int64: block table of each decoding sequence (padded)
-    decode_mask: Tensor  # [B, 1, 1, NB * block_size] bool: which positions are real
+    decode_mask: Tensor  # [B, 1, 1, NB * block_size]: 0 where a position is real, else -inf
     prefills: list[PrefillItem]
     logit_rows: Tensor  # [S] int64: rows whose next-token logits are wanted
     all_decode: bool  # every row is a decode row, in order (no gather/scatter needed)
 
 
 class Rotary:
-    """cos/sin tables for every position, in Hugging Face's rotate-half layout."""
+    """The rotations of every position: ``e^(i·t·θ_j)`` for each pair j of a head's dims."""
 
-    def __init__(self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, device: torch.device) -> None:
         dim = cfg.head_dim
         inv_freq = 1.0 / (
             cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
         )
         t = torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device)
-        freqs = torch.outer(t, inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        sign = torch.cat((-torch.ones(dim // 2), torch.ones(dim // 2))).to(device)
-        self.cos = emb.cos().to(dtype)
-        self.sin = (emb.sin() * sign).to(dtype)
+        angles = torch.outer(t, inv_freq)
+        self.table = torch.polar(torch.ones_like(angles), angles).to(torch.complex64)
 
-    def at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and signed sin for ``positions``, shaped [T, 1, D] to broadcast over heads."""
-        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+    def at(self, positions: Tensor) -> Tensor:
+        """[T, 1, D/2]: each row's rotations, shaped to broadcast over heads."""
+        return self.table[positions].unsqueeze(1)
 
 
-def rope(x: Tensor, layout: BatchLayout) -> Tensor:
-    """x: [T, heads, D]; rotate-half(x) is x rolled by D/2 with the first half negated."""
-    return x * layout.cos + x.roll(x.shape[-1] // 2, -1) * layout.sin
+def rope_(qk: Tensor, layout: BatchLayout) -> None:
+    """Rotate qk [T, heads, D] in place: each adjacent pair of dims is a complex number."""
+    t, heads, d = qk.shape
+    torch.view_as_complex(qk.view(t, heads, d // 2, 2)).mul_(layout.rotation)
+
+
+def interleave_rope(weight: Tensor, heads: int) -> Tensor:
+    """Hugging Face's q/k rows (each head's dims as two halves rotated together, rotate-half)
+    reordered so each rotated pair is adjacent (llama.cpp's order, convert_hf_to_gguf's
+    ``permute``). q·k is unchanged: q and k are reordered alike."""
+    rows = weight.shape[0]
+    halves = weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:])
+    return halves.transpose(1, 2).reshape(weight.shape)
 
 
 class Attention:
@@ -87,44 +104,40 @@ class Attention:
         self.qkv = linear(_parts(w, "qkv"), precision)
         self.o_proj = linear(_parts(w, "o"), precision)
 
-    def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, layout: BatchLayout, cache: Tensor) -> Tensor:
         t, d = x.shape[0], self.head_dim
         qkv = self.qkv(x)
-        qk = rope(qkv[:, : self.qk_width].view(t, self.heads + self.kv_heads, d), layout)
-        q, k = qk[:, : self.heads], qk[:, self.heads :]
-        v = qkv[:, self.qk_width :].view(t, self.kv_heads, d)
-        k_cache.view(-1, self.kv_heads, d).index_copy_(0, layout.slot_mapping, k)
-        v_cache.view(-1, self.kv_heads, d).index_copy_(0, layout.slot_mapping, v)
+        rope_(qkv[:, : self.qk_width].view(t, self.heads + self.kv_heads, d), layout)
+        q = qkv[:, : self.heads * d].view(t, self.heads, d)
+        kv = qkv[:, self.heads * d :].view(t, 2 * self.kv_heads, d)
+        cache.view(-1, 2 * self.kv_heads, d).index_copy_(0, layout.slot_mapping, kv)
         if layout.all_decode:
-            out = self._decode(q, layout, k_cache, v_cache)
+            out = self._decode(q, layout, cache)
         else:
             out = torch.empty_like(q)
             if layout.decode_rows.numel():
                 rows = layout.decode_rows
-                out[rows] = self._decode(q[rows], layout, k_cache, v_cache)
+                out[rows] = self._decode(q[rows], layout, cache)
             for item in layout.prefills:
-                out[item.start : item.end] = self._prefill(
-                    q[item.start : item.end], item, k_cache, v_cache
-                )
+                out[item.start : item.end] = self._prefill(q[item.start : item.end], item, cache)
         return self.o_proj(out.reshape(t, self.heads * d))
 
-    def _decode(self, q: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+    def _decode(self, q: Tensor, layout: BatchLayout, cache: Tensor) -> Tensor:
         """q: [B, H, D] → [B, H, D], one new token per sequence over its blocks. The query
         heads sharing a K/V head attend as that head's G queries: no K/V is repeated."""
-        b, d = q.shape[0], self.head_dim
-        shape = (b, -1, self.kv_heads, d)
+        b, d, kvh = q.shape[0], self.head_dim, self.kv_heads
         blocks = layout.decode_blocks.view(-1)  # index_select copies whole blocks
-        keys = k_cache.index_select(0, blocks).view(shape).transpose(1, 2)  # [B, KVH, L, D]
-        values = v_cache.index_select(0, blocks).view(shape).transpose(1, 2)
-        grouped = q.view(b, self.kv_heads, self.group, d)
+        kv = cache.index_select(0, blocks).view(b, -1, 2 * kvh, d).transpose(1, 2)
+        keys, values = kv[:, :kvh], kv[:, kvh:]  # [B, KVH, L, D]
+        grouped = q.view(b, kvh, self.group, d)
         out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=layout.decode_mask)
         return out.view(b, self.heads, d)
 
-    def _prefill(self, q: Tensor, item: PrefillItem, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+    def _prefill(self, q: Tensor, item: PrefillItem, cache: Tensor) -> Tensor:
         """q: [n, H, D] → [n, H, D]; each query sees the cached prefix and itself causally."""
-        n, total, d = q.shape[0], item.context_len, self.head_dim
-        keys = k_cache.index_select(0, item.context_blocks).view(-1, self.kv_heads, d)[:total]
-        values = v_cache.index_select(0, item.context_blocks).view(-1, self.kv_heads, d)[:total]
+        n, total, d, kvh = q.shape[0], item.context_len, self.head_dim, self.kv_heads
+        kv = cache.index_select(0, item.context_blocks).view(-1, 2 * kvh, d)[:total]
+        keys, values = kv[:, :kvh], kv[:, kvh:]
         q_pos = torch.arange(total - n, total, device=q.device)
         k_pos = torch.arange(total, device=q.device)
         mask = (k_pos[None, :] <= q_pos[:, None])[None, None]  # [1, 1, n, L]
@@ -155,9 +168,8 @@ class DecoderLayer:
         self.attn_norm, self.mlp_norm = w["attn_norm"], w["mlp_norm"]
         self.norm_shape, self.eps = (cfg.hidden_size,), cfg.rms_norm_eps
 
-    def __call__(self, x: Tensor, layout: BatchLayout, k_cache: Tensor, v_cache: Tensor) -> Tensor:
-        normed = F.rms_norm(x, self.norm_shape, self.attn_norm, self.eps)
-        x = x + self.attn(normed, layout, k_cache, v_cache)
+    def __call__(self, x: Tensor, layout: BatchLayout, cache: Tensor) -> Tensor:
+        x = x + self.attn(F.rms_norm(x, self.norm_shape, self.attn_norm, self.eps), layout, cache)
         return x + self.mlp(F.rms_norm(x, self.norm_shape, self.mlp_norm, self.eps))
 
 
@@ -184,8 +196,9 @@ class LlamaModel:
         self.lm_head: Linear = linear(head, precision)
 
     def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:
-        """Hand every dense matrix to oneDNN for its packed products (``DenseLinear.pack``);
-        how many it took. Quantized matrices have their own packed kernels already.
+        """Hand every dense (and w8a8) matrix to oneDNN for its packed products
+        (``DenseLinear.pack``, ``Int8DynamicLinear.pack``); how many it took. The other
+        quantized matrices have their own packed kernels already.
 
         The embedding and the norms are still read from the built tensors. When those come
         from the memory-mapped cache file, its pages were all read once to pack and would
@@ -196,7 +209,7 @@ class LlamaModel:
         matrices: list[Linear] = [self.lm_head]
         for layer in self.layers:
             matrices += [layer.attn.qkv, layer.attn.o_proj, layer.mlp.gate_up, layer.mlp.down]
-        packed = sum(m.pack() for m in matrices if isinstance(m, DenseLinear))
+        packed = sum(m.pack() for m in matrices if isinstance(m, DenseLinear | Int8DynamicLinear))
         if packed:
             self._let_go_of_built(mapped_again() if mapped_again is not None else None)
         return packed
@@ -225,8 +238,8 @@ class LlamaModel:
     def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [S, vocab] (float32) for ``layout.logit_rows``; every input's K/V is cached."""
         x = F.embedding(input_ids, self.embed)
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
-            x = layer(x, layout, k_cache, v_cache)
+        for layer, cache in zip(self.layers, kv_cache, strict=True):
+            x = layer(x, layout, cache)
         if not (layout.all_decode and x.shape[0] == layout.logit_rows.shape[0]):
             x = x[layout.logit_rows]
         x = F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
@@ -235,10 +248,11 @@ class LlamaModel:
 
 def build_weights(cfg: ModelConfig, weights: dict[str, Tensor], precision: Precision) -> Built:
     """The tensors the model holds, from Hugging Face-named float weights: q/k/v and gate/up
-    fused, every matrix at ``precision`` (``linear.quantize``), the rest in its activation
-    dtype. Names: ``embed``, ``norm``, ``lm_head.<part>`` (none when tied and dense), and per
-    layer ``layers.<i>.`` + ``qkv.``/``o.``/``gate_up.``/``down.<part>``, ``attn_norm``,
-    ``mlp_norm``. What it returns is what the built-weights cache stores."""
+    fused (q and k rows reordered for ``rope_``: ``interleave_rope``), every matrix at
+    ``precision`` (``linear.quantize``), the rest in its activation dtype. Names: ``embed``,
+    ``norm``, ``lm_head.<part>`` (none when tied and dense), and per layer ``layers.<i>.`` +
+    ``qkv.``/``o.``/``gate_up.``/``down.<part>``, ``attn_norm``, ``mlp_norm``. What it returns
+    is what the built-weights cache stores."""
     dtype = precision.activation_dtype
     built: Built = {
         "embed": weights["model.embed_tokens.weight"].to(dtype),
@@ -251,8 +265,10 @@ def build_weights(cfg: ModelConfig, weights: dict[str, Tensor], precision: Preci
     for i in range(cfg.num_layers):
         hf = f"model.layers.{i}."
         w = {k[len(hf) : -len(".weight")]: v for k, v in weights.items() if k.startswith(hf)}
+        q = interleave_rope(w["self_attn.q_proj"], cfg.num_heads)
+        k = interleave_rope(w["self_attn.k_proj"], cfg.num_kv_heads)
         matrices = {
-            "qkv": torch.cat([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]]),
+            "qkv": torch.cat([q, k, w["self_attn.v_proj"]]),
             "o": w["self_attn.o_proj"],
             "gate_up": torch.cat([w["mlp.gate_proj"], w["mlp.up_proj"]]),
             "down": w["mlp.down_proj"],
@@ -279,12 +295,10 @@ def _prefixed(built: Built, prefix: str) -> Built:
 def allocate_kv_cache(
     cfg: ModelConfig, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype
 ) -> KVCache:
-    """Zeroed K/V caches whose pages the OS hands out only when first written (on the CPU
-    through calloc), so a large cache costs memory only as it fills."""
-    shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-    return [
-        (_zeros(shape, device, dtype), _zeros(shape, device, dtype)) for _ in range(cfg.num_layers)
-    ]
+    """Zeroed K/V caches, one a layer, whose pages the OS hands out only when first written (on
+    the CPU through calloc), so a large cache costs memory only as it fills."""
+    shape = (num_blocks, block_size, 2 * cfg.num_kv_heads, cfg.head_dim)
+    return [_zeros(shape, device, dtype) for _ in range(cfg.num_layers)]
 
 
 def _zeros(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:

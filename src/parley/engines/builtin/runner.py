@@ -35,7 +35,7 @@ class ModelRunner:
         self.kv_cache: KVCache = allocate_kv_cache(
             model.config, num_blocks, self.block_size, self.device, self.dtype
         )
-        self.rotary = Rotary(model.config, self.device, self.dtype)
+        self.rotary = Rotary(model.config, self.device)
         self.generators: dict[str, torch.Generator] = {}
 
     def forward(self, chunks: list[Chunk]) -> Tensor:
@@ -98,13 +98,15 @@ class ModelRunner:
         width = max((len(t) for t in decode_tables), default=0)
         padded = [t + [0] * (width - len(t)) for t in decode_tables]
         lens = torch.tensor(decode_lens, dtype=long, device=dev)
-        mask = torch.arange(width * self.block_size, device=dev)[None, :] < lens[:, None]
+        padding = torch.arange(width * self.block_size, device=dev)[None, :] >= lens[:, None]
+        # additive, as SDPA would make a boolean mask on every call of every layer
+        mask = torch.zeros(padding.shape, dtype=self.dtype, device=dev).masked_fill_(
+            padding, float("-inf")
+        )
         pos = torch.tensor(positions, dtype=long, device=dev)
-        cos, sin = self.rotary.at(pos)
         layout = BatchLayout(
             slot_mapping=torch.tensor(slots, dtype=long, device=dev),
-            cos=cos,
-            sin=sin,
+            rotation=self.rotary.at(pos),
             decode_rows=torch.tensor(decode_rows, dtype=long, device=dev),
             decode_blocks=torch.tensor(padded, dtype=long, device=dev).view(len(padded), width),
             decode_mask=mask[:, None, None, :],
