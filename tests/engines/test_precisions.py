@@ -284,3 +284,21 @@ def test_after_packing_the_embedding_is_read_from_a_fresh_mapping_not_a_copy(
     copied = LlamaModel(TINY, read_aligned(file))
     copied.pack_weights()
     assert str(file) not in _mapped_files(copied.embed)
+
+
+def test_w8a8_packs_every_matrix_and_then_holds_nothing_of_the_first_mapping(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "built.safetensors"
+    write_aligned(build_weights(TINY, tiny_weights(), Precision.W8A8), file, {})
+    built = read_aligned(file)
+    mapped = [weakref.ref(built[f"layers.0.qkv.{part}"]) for part in ("qweight", "scale")]
+    model = LlamaModel(TINY, built, Precision.W8A8)
+    del built
+    assert model.pack_weights(lambda: read_aligned(file)) == 4 * TINY.num_layers + 1
+    gc.collect()
+    assert [ref() for ref in mapped] == [None, None]  # its pages need not stay resident
+    unpacked = LlamaModel(TINY, build_weights(TINY, tiny_weights(), Precision.W8A8), Precision.W8A8)
+    prompts = [[1, 5, 9, 14], [1, 7, 7, 30, 2]]
+    got = run(EngineCore(model, num_blocks=64, block_size=4), prompts, 6)
+    assert got == run(EngineCore(unpacked, num_blocks=64, block_size=4), prompts, 6)

@@ -110,7 +110,8 @@ class Int8DynamicLinear:
 
     def __init__(self, parts: Parts) -> None:
         self.qweight: Tensor | None = parts["qweight"]
-        self.scale = parts["scale"].float()
+        # a copy: once packed, nothing may hold the built-weights file's first mapping
+        self.scale = parts["scale"].to(torch.float32, copy=True)
         self.out_features, self.in_features = parts["qweight"].shape
         self.prepacked: Tensor | None = None
         self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
