@@ -4,6 +4,7 @@ frees the blocks at once; and its logits stay near float32's."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import weakref
 from pathlib import Path
@@ -13,12 +14,12 @@ import torch
 
 from parley.engines.builtin.aligned import read_aligned, write_aligned
 from parley.engines.builtin.core import EngineCore
-from parley.engines.builtin.linear import INT4_GROUP, make_linear
+from parley.engines.builtin.linear import INT4_GROUP, DenseLinear, make_linear
 from parley.engines.builtin.model import LlamaModel, build_weights
 from parley.engines.builtin.precision import Precision, choose
 from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
 from parley.engines.settings import BuiltinEngineSettings
-from tests.engines.tiny import TINY, tiny_model, tiny_weights
+from tests.engines.tiny import TINY, random_weights, tiny_model, tiny_weights
 
 PRECISIONS = list(Precision)
 # every precision as the engine runs it (dense matrices packed for oneDNN), and the dense
@@ -302,3 +303,20 @@ def test_w8a8_packs_every_matrix_and_then_holds_nothing_of_the_first_mapping(
     prompts = [[1, 5, 9, 14], [1, 7, 7, 30, 2]]
     got = run(EngineCore(model, num_blocks=64, block_size=4), prompts, 6)
     assert got == run(EngineCore(unpacked, num_blocks=64, block_size=4), prompts, 6)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS, ids=[p.value for p in PRECISIONS])
+def test_a_tied_head_is_held_at_every_precision(precision: Precision) -> None:
+    """SmolLM2 ties its head to the embedding: a quantized precision holds the head quantized
+    (the lookup stays float32), a dense one shares the table."""
+    tied = dataclasses.replace(TINY, tie_word_embeddings=True)
+    weights = {k: v for k, v in random_weights(tied).items() if k != "lm_head.weight"}
+    model = LlamaModel.from_hf(tied, weights, precision)
+    model.pack_weights()
+    head = model.lm_head.dequantized().float()
+    assert head.shape == model.embed.shape
+    step = 0.1 if precision is Precision.INT4 else 0.02  # of the largest weight
+    assert torch.allclose(head, model.embed, atol=step * float(model.embed.abs().max()))
+    assert isinstance(model.lm_head, DenseLinear) is not precision.quantized
+    c = EngineCore(model, num_blocks=64, block_size=4)
+    assert all(len(out) == 5 for out in run(c, PROMPTS[:2], 5))

@@ -260,7 +260,7 @@ def build_weights(cfg: ModelConfig, weights: dict[str, Tensor], precision: Preci
     }
     if not cfg.tie_word_embeddings:
         built |= _named("lm_head", quantize(weights["lm_head.weight"], precision))
-    elif precision.kernel_dtype != dtype:
+    elif precision.quantized or precision.kernel_dtype != dtype:
         built |= _named("lm_head", quantize(built["embed"], precision))
     for i in range(cfg.num_layers):
         hf = f"model.layers.{i}."
