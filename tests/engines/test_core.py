@@ -187,3 +187,23 @@ def test_a_user_request_that_cannot_fit_does_not_stall_the_background() -> None:
     drain(c)
     assert len(background.output) == 8
     assert len(user.output) == 2
+
+
+def test_a_prefill_chunk_cut_one_token_short_of_the_prompt_finishes_it_and_answers_the_same() -> (
+    None
+):
+    """The budget can end a prompt's chunk one token short: the next step feeds that last
+    token (its slot already in the table) and samples, as the uncut prompt does."""
+    prompt = [5, 17, 33, 8, 9, 9, 9, 11, 12]
+    want = seq("whole", prompt)
+    whole = core()
+    whole.add(want)
+    drain(whole)
+    for budget in (len(prompt) - 1, 4):  # 8 then 1 token left; 4, 4 then 1 token left
+        cut = core(max_batch_tokens=budget)
+        got = seq(f"cut{budget}", prompt)
+        cut.add(got)
+        drain(cut)
+        assert got.output == want.output
+        cut.blocks.check_invariants()
+        assert cut.blocks.num_free_blocks == 64

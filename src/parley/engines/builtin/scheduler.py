@@ -2,7 +2,8 @@
 
 Each ``schedule()`` builds one step's batch under a token budget:
 
-1. every running sequence that is decoding gets one slot for its last token; when
+1. every running sequence that is decoding gets one slot for its last token (a prompt
+   whose chunk ended one token short has it already, and is fed that token now); when
    the KV cache is full, the lowest-ranked running sequence (lowest priority, then
    newest) is preempted: its blocks are freed and it goes back to waiting, to be
    recomputed later (its prompt and output so far are prefilled again, mostly from
@@ -127,9 +128,12 @@ class Scheduler:
                 continue
             if quiet and seq.background:
                 continue
-            if not self._make_room(seq, plan):
-                continue
-            self.blocks.append_slot(seq.seq_id, seq.tokens)
+            if self.blocks.num_tokens(seq.seq_id) < seq.num_tokens:  # a new token: a slot
+                if not self._make_room(seq, plan):
+                    continue
+                self.blocks.append_slot(seq.seq_id, seq.tokens)
+            # else a prompt whose last chunk the budget ended one token short: that token's
+            # slot is in the table already, and this step feeds it like a decode
             plan.chunks.append(Chunk(seq, seq.num_tokens - 1, 1, sample=True))
             used += 1
         return used
