@@ -2,7 +2,7 @@
 what the hand-off from the engine thread to an async consumer adds to it.
 
     .venv/bin/python bench/engine_profile.py [--steps 20] [--batches 1,8,64]
-        [--precisions fp32,bf16,int8,int4] [--streams 1,8] [--main-thread]
+        [--precisions fp32,bf16,int8,int4,w8a8] [--streams 1,8] [--main-thread]
         [--packed on|off|both]
 
 Prints the CPU's flags and torch's thread counts, then for each precision a ``BuiltinEngine``
@@ -387,7 +387,7 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batches", default="1,8,64")
-    parser.add_argument("--precisions", default="fp32,bf16", help="of fp32,bf16,int8,int4")
+    parser.add_argument("--precisions", default="fp32,bf16", help="of fp32,bf16,int8,int4,w8a8")
     parser.add_argument("--streams", default="1,8", help="concurrent streams ('' for none)")
     parser.add_argument("--stream-tokens", type=int, default=64)
     parser.add_argument("--main-thread", action="store_true", help="step there, not on a thread")

@@ -1,6 +1,6 @@
 """Start-up time and resident memory of parley with the built-in engine, beside llama-server.
 
-    .venv/bin/python bench/startup.py [--precisions fp32,bf16,int8,int4] [--rounds 2]
+    .venv/bin/python bench/startup.py [--precisions fp32,bf16,int8,int4,w8a8] [--rounds 2]
         [--no-peer]
 
 For each precision, ``parley engine serve --engine builtin`` and ``parley serve --engine
