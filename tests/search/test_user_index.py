@@ -14,9 +14,12 @@ from tests.store.test_search import a_chat, a_user, downgrade, say, search
 
 
 def index_shape(conn: Connection) -> set[str]:
-    """SQLite: ``messages_fts``'s columns; Postgres: the GIN indexes on messages and chats."""
+    """SQLite: the message index's columns (``messages_fts``, or its shards' since migration
+    0013); Postgres: the GIN indexes on messages and chats."""
     if conn.dialect.name == "sqlite":
-        return {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(messages_fts)")}
+        tables = ("messages_fts", "messages_fts_0")
+        pragmas = (conn.exec_driver_sql(f"PRAGMA table_info({t})") for t in tables)
+        return {row[1] for rows in pragmas for row in rows}
     names = {i["name"] or "" for t in ("messages", "chats") for i in inspect(conn).get_indexes(t)}
     return {name for name in names if "tsv" in name}
 

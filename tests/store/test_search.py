@@ -339,7 +339,7 @@ async def test_the_migration_goes_down_and_up_again(db: Database) -> None:
     await say(db, user, chat, "a heron before")
     made = await objects(db)
     assert "message_embeddings" in made
-    assert made & {"messages_fts", "content_tsv"}
+    assert any(name.startswith("messages_fts") or name == "content_tsv" for name in made)
     try:
         await downgrade(db, "0007")
         assert await current_revision(db) == "0007"

@@ -1,8 +1,9 @@
 """Search across all of a user's chats: titles and messages, ranked, with highlighted snippets.
 
 Messages are matched through the index retrieval uses (migration 0008: SQLite's
-``messages_fts``, Postgres's ``messages.content_tsv``), titles through migration 0011's
-(``chats_fts``, ``chats.title_tsv``); both are kept current by the database on every write.
+``messages_fts``, in 16 tables by user since migration 0013; Postgres's
+``messages.content_tsv``), titles through migration 0011's (``chats_fts``,
+``chats.title_tsv``); both are kept current by the database on every write.
 Migration 0012 puts the user first in both databases' message indexes (SQLite: a
 ``user_id`` column of ``messages_fts``; Postgres: a GIN index on ``(user_id, content_tsv)``),
 so a common word costs the user's matches, not the table's.
@@ -29,14 +30,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, String, TextualSelect, bindparam, text
+from sqlalchemy import Integer, String, TextClause, TextualSelect, bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import TypeEngine
 
 from parley.errors import InvalidRequest
 from parley.store.pages import Cursors, Page, invalid_cursor
 from parley.store.schema import UTCDateTime
-from parley.store.search import fts5_query, fts5_words, query_words
+from parley.store.search import fts5_query, fts5_words, fts_table, query_words
 
 MAX_QUERY_CHARS = 200
 MAX_OFFSET = 1000  # results beyond the first thousand are not paged to
@@ -140,21 +141,27 @@ _RANKED_COLUMNS: dict[str, TypeEngine[Any]] = {
 _OUTER = "kind, id, rowid, chat_id, seq, role, created_at"
 _ORDER = " ORDER BY score DESC, created_at DESC, id DESC LIMIT :limit OFFSET :offset"
 
+
 # SQLite: the FTS tables drive (a user's filter as the outer loop would run the whole
-# full-text query once per row of the user's). Messages: the MATCH names the user's id in
-# ``messages_fts.user_id`` (migration 0012), so FTS5 reads only where the user's posting
-# list and the words' meet, and bm25 weighs that column nothing. Titles: the user's rowids
-# read from the covering index on user_id. Equal ranks by rowid (the order rows were
-# written in), then only the page's rows are read.
-_SQLITE_RANKED = text(
-    "SELECT kind, rowid FROM ("  # noqa: S608
-    "SELECT 'm' AS kind, rowid, -bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts"
-    " WHERE messages_fts MATCH :messages_fts"
-    f" UNION ALL SELECT 't', rowid, -bm25(chats_fts) * {TITLE_WEIGHT} FROM chats_fts"
-    " WHERE chats_fts MATCH :fts"
-    " AND +rowid IN (SELECT rowid FROM chats WHERE user_id = :user_id))"
-    " ORDER BY score DESC, rowid DESC, kind LIMIT :limit OFFSET :offset"
-)
+# full-text query once per row of the user's). Messages: the user's shard of the index
+# (``search.fts_table``, migration 0013: bm25 counts a word's frequency there, not in every
+# user's rows), whose MATCH names the user's id in its ``user_id`` column (migration 0012),
+# so FTS5 reads only where the user's posting list and the words' meet; bm25 weighs that
+# column nothing. Titles: the user's rowids read from the covering index on user_id. Equal
+# ranks by rowid (the order rows were written in), then only the page's rows are read.
+def _sqlite_ranked(fts: str) -> TextClause:
+    """The page's (kind, rowid), best first, with the user's messages in ``fts``."""
+    return text(
+        "SELECT kind, rowid FROM ("  # noqa: S608 (a table name of fts_table's)
+        f"SELECT 'm' AS kind, rowid, -bm25({fts}, 1.0, 0.0) AS score FROM {fts}"
+        f" WHERE {fts} MATCH :messages_fts"
+        f" UNION ALL SELECT 't', rowid, -bm25(chats_fts) * {TITLE_WEIGHT} FROM chats_fts"
+        " WHERE chats_fts MATCH :fts"
+        " AND +rowid IN (SELECT rowid FROM chats WHERE user_id = :user_id))"
+        " ORDER BY score DESC, rowid DESC, kind LIMIT :limit OFFSET :offset"
+    )
+
+
 _SQLITE_ROWS = text(
     "SELECT 'm', id, rowid, chat_id, seq, role, created_at FROM messages"
     " WHERE user_id = :user_id AND rowid IN :messages"
@@ -166,7 +173,7 @@ _SQLITE_ROWS = text(
 async def _sqlite_page(
     s: AsyncSession, user_id: str, words: list[str], limit: int, offset: int
 ) -> list[_Row]:
-    """The page's messages (``messages_fts``) and titles (``chats_fts``) of the user
+    """The page's messages (the user's ``messages_fts_<n>``) and titles (``chats_fts``) of the user
     matching every word, by bm25 (lower is better, hence negated)."""
     params = {
         "user_id": user_id,
@@ -175,7 +182,8 @@ async def _sqlite_page(
         "limit": limit,
         "offset": offset,
     }
-    ranked = [(kind, rowid) for kind, rowid in (await s.execute(_SQLITE_RANKED, params)).all()]
+    result = await s.execute(_sqlite_ranked(fts_table(user_id)), params)
+    ranked = [(kind, rowid) for kind, rowid in result.all()]
     if not ranked:
         return []
     messages = [rowid for kind, rowid in ranked if kind == "m"] or [-1]
@@ -239,7 +247,11 @@ async def _hits(
         return []
     chat_ids = sorted({r.chat_id for r in rows})
     chats = await _chats(s, user_id, chat_ids)
-    snippets = await (_sqlite_snippets(s, words, rows) if sqlite else _pg_snippets(s, words, rows))
+    snippets = await (
+        _sqlite_snippets(s, words, fts_table(user_id), rows)
+        if sqlite
+        else _pg_snippets(s, words, rows)
+    )
     hits = []
     for r in rows:
         title, archived = chats[r.chat_id]
@@ -263,13 +275,13 @@ async def _chats(s: AsyncSession, user_id: str, chat_ids: list[str]) -> dict[str
 
 
 async def _sqlite_snippets(
-    s: AsyncSession, words: list[str], rows: list[_Row]
+    s: AsyncSession, words: list[str], messages_fts: str, rows: list[_Row]
 ) -> dict[tuple[str, str], str]:
     """FTS5 ``snippet()`` of the page's messages and ``highlight()`` of its titles, computed
     for these rows only (by rowid)."""
     out: dict[tuple[str, str], str] = {}
     every = fts5_words(words, every=True)
-    plan = (("m", "messages_fts", f"snippet(messages_fts, 0, :a, :b, :e, {SNIPPET_TOKENS})",
+    plan = (("m", messages_fts, f"snippet({messages_fts}, 0, :a, :b, :e, {SNIPPET_TOKENS})",
              f"content : ({every})"),
             ("t", "chats_fts", "highlight(chats_fts, 0, :a, :b)", every))  # fmt: skip
     for kind, fts, marked, match in plan:

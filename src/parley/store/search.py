@@ -1,6 +1,7 @@
 """Full-text search over a chat's messages, kept current by the database (migration 0008).
 
-SQLite ranks with FTS5's ``bm25`` over ``messages_fts`` (porter stemming; its ``user_id``
+SQLite ranks with FTS5's ``bm25`` over the user's shard of the message index,
+``messages_fts_<n>`` (``fts_table``, migration 0013; porter stemming; its ``user_id``
 column, migration 0012, narrows every lookup to one user); Postgres with ``ts_rank`` over
 the generated ``messages.content_tsv`` (english; GIN-indexed with ``user_id``). The user's
 free text is never handed to either query language: it is cut into words (letters and
@@ -31,6 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import MessageRole, MessageStatus, in_prompt
 from parley.store.schema import Message
 
+FTS_SHARDS = 16  # SQLite's message index, in this many tables by user (migration 0013)
+_SHARD_DIGITS = "0123456789abcdef"
 MAX_WORDS = 32  # the query's distinct words kept, first come first kept
 MAX_WORD_CHARS = 64
 _WORD = re.compile(r"[^\W_]+")  # runs of letters and digits, in any script
@@ -60,8 +63,20 @@ def query_words(query: str, limit: int | None = MAX_WORDS) -> list[str]:
     return list(words)
 
 
+def shard_of(user_id: str) -> int:
+    """The shard of SQLite's message index that holds a user's messages: the place of the
+    id's last character in ``0123456789abcdef``, plus one, modulo ``FTS_SHARDS`` (migration
+    0013's triggers compute the same in SQL; any other character lands in 0)."""
+    return (_SHARD_DIGITS.find(user_id[-1:]) + 1) % FTS_SHARDS
+
+
+def fts_table(user_id: str) -> str:
+    """The FTS5 table of a user's messages (migration 0013)."""
+    return f"messages_fts_{shard_of(user_id)}"
+
+
 def fts5_query(words: list[str], *, user_id: str, every: bool = False) -> str:
-    """An FTS5 MATCH expression over ``messages_fts`` for one user's messages: the user's
+    """An FTS5 MATCH expression over ``fts_table(user_id)`` for one user's messages: the user's
     id in the ``user_id`` column (migration 0012: FTS5 intersects the user's posting list
     with the words', never reading another user's) AND the words in ``content``, OR'ed
     (every word must match when ``every``). Each word and the id is a double-quoted string
@@ -123,20 +138,19 @@ def _dialect(s: AsyncSession) -> str:
     return s.get_bind().dialect.name
 
 
-_FTS = table("messages_fts", column("rowid"))
-
-
 def _sqlite_search(words: list[str], user_id: str) -> Select[Message]:
     """Messages joined to their FTS5 rows by rowid, matched and ranked by bm25 (lower is
     better; the ``user_id`` column weighs nothing)."""
-    match = text("messages_fts MATCH :fts_query").bindparams(
+    name = fts_table(user_id)
+    fts = table(name, column("rowid"))
+    match = text(f"{name} MATCH :fts_query").bindparams(
         fts_query=fts5_query(words, user_id=user_id)
     )
     return (
         select(Message)
-        .join(_FTS, _FTS.c.rowid == literal_column("messages.rowid"))
+        .join(fts, fts.c.rowid == literal_column("messages.rowid"))
         .where(match)
-        .order_by(func.bm25(literal_column("messages_fts"), 1.0, 0.0), Message.seq.desc())
+        .order_by(func.bm25(literal_column(name), 1.0, 0.0), Message.seq.desc())
     )
 
 
