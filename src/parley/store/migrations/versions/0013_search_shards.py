@@ -60,7 +60,8 @@ def _shard(k: int) -> tuple[str, ...]:
         f"CREATE TRIGGER {fts}_delete AFTER DELETE ON messages"  # noqa: S608 (names)
         f" WHEN {shard_of('old.user_id')} = {k} BEGIN"
         f" INSERT INTO {fts}({fts}, rowid, {_COLUMNS}) VALUES ('delete', {_values('old')}); END",
-        f"CREATE TRIGGER {fts}_update AFTER UPDATE OF content, user_id ON messages BEGIN"
+        f"CREATE TRIGGER {fts}_update AFTER UPDATE OF content, user_id ON messages"
+        f" WHEN {shard_of('old.user_id')} = {k} OR {shard_of('new.user_id')} = {k} BEGIN"
         f" INSERT INTO {fts}({fts}, rowid, {_COLUMNS}) SELECT 'delete', {_values('old')}"
         f" WHERE {shard_of('old.user_id')} = {k};"
         f" INSERT INTO {fts}(rowid, {_COLUMNS}) SELECT {_values('new')}"
