@@ -55,6 +55,7 @@ from stacks import cpu, loop_runner, pct
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.engine import DEFAULT_TEMPERATURE, BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, load_model
+from parley.engines.builtin.native.mode import NativeMode
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.builtin.threads import on_fresh_thread
@@ -277,6 +278,12 @@ def profile_batch(engine: BuiltinEngine, batch: int, steps: int) -> dict[str, fl
         f" {(total - med['forward']) * 1e3:.2f} ms; {batch / total:.1f} tok/s at this step time"
     )
 
+    if engine.core.model.native is not None:  # one foreign call: no parts, no torch ops
+        print("\n(the native decode step: one call a forward, no parts to time)")
+        for seq in seqs:
+            engine.core.abort(seq)
+            engine.output.remove(seq.seq_id)
+        return {"step": total, "forward": med["forward"], "sample": med["sample"]}
     fwd, parts = by_part(engine, steps)
     print(f"\nforward by part (wrapped callables; forward {fwd * 1e3:.2f} ms with the wrappers):\n")
     print("| forward part | ms | % of forward |\n|---|---|---|")
@@ -397,6 +404,13 @@ def main() -> None:
         default="on",
         help="dense matrices packed for oneDNN (the engine's default), plain, or both side by side",
     )
+    parser.add_argument(
+        "--native",
+        choices=("on", "off", "both"),
+        default="on",
+        help="decode steps in the native step where it serves the precision (the engine's "
+        "default), in PyTorch, or both side by side",
+    )
     args = parser.parse_args()
     precisions = [Precision(p.strip()) for p in args.precisions.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
@@ -414,12 +428,26 @@ def main() -> None:
     print(f"the steps run on {'the main thread' if args.main_thread else 'a thread of their own'}")
     summary: dict[tuple[str, int], dict[str, float]] = {}
     packings = {"on": [True], "off": [False], "both": [True, False]}[args.packed]
-    variants = [(p, packed) for p in precisions for packed in packings]
-    for precision, packed in variants:
-        label = precision.value + ("" if packed else " plain")
+    natives = {"on": [NativeMode.AUTO], "off": [NativeMode.OFF], "both": list(NativeMode)[::2]}
+    variants = [
+        (p, packed, native)
+        for p in precisions
+        for packed in packings
+        for native in natives[args.native]
+    ]
+    for precision, packed, native in variants:
+        label = (
+            precision.value
+            + ("" if packed else " plain")
+            + (" torch" if native is NativeMode.OFF else "")
+        )
         print(f"\n## precision {label}")
         config = BuiltinEngineConfig(
-            kv_cache_tokens=65_536, max_running=running, precision=precision, packed_weights=packed
+            kv_cache_tokens=65_536,
+            max_running=running,
+            precision=precision,
+            packed_weights=packed,
+            native_decode=native,
         )
         engine = BuiltinEngine(loaded, config)
         for batch in batches:

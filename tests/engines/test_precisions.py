@@ -22,12 +22,17 @@ from parley.engines.settings import BuiltinEngineSettings
 from tests.engines.tiny import TINY, random_weights, tiny_model, tiny_weights
 
 PRECISIONS = list(Precision)
-# every precision as the engine runs it (dense matrices packed for oneDNN), and the dense
-# ones unpacked (F.linear) too
+NATIVE = (Precision.FP32, Precision.INT8, Precision.INT4)  # the native decode step's
+# every precision as the engine runs it (dense matrices packed for oneDNN; decode steps
+# native where the native step serves the precision), the dense ones unpacked (F.linear)
+# too, and every precision's decode steps in PyTorch
 BUILDS = [
-    pytest.param(p, packed, id=f"{p.value}{'-packed' if packed else ''}")
+    pytest.param(
+        p, packed, native, id=f"{p.value}{'-packed' if packed else ''}{'-native' if native else ''}"
+    )
     for p in PRECISIONS
     for packed in ((False, True) if not p.quantized else (True,))
+    for native in ((False, True) if p in NATIVE and packed else (False,))
 ]
 PROMPTS = [[5, 17, 33, 8], [9, 9, 9], list(range(3, 40)), [50], [11, 12, 13, 14, 15, 16, 17, 18]]
 # largest |logit error| / max |logit| against float32 on the tiny model
@@ -43,10 +48,14 @@ TOLERANCE = {
 
 
 def core(
-    precision: Precision, packed: bool, num_blocks: int = 64, max_batch_tokens: int = 512
+    precision: Precision,
+    packed: bool,
+    native: bool = False,
+    num_blocks: int = 64,
+    max_batch_tokens: int = 512,
 ) -> EngineCore:
     return EngineCore(
-        tiny_model(precision=precision, packed=packed),
+        tiny_model(precision=precision, packed=packed, native=native),
         num_blocks=num_blocks,
         block_size=4,
         max_batch_tokens=max_batch_tokens,
@@ -102,40 +111,44 @@ def assert_same_answer(
     assert best - second < NEAR_TIE, (precision, parted, best - second)
 
 
-@pytest.mark.parametrize(("precision", "packed"), BUILDS)
-def test_greedy_batched_equals_alone(precision: Precision, packed: bool) -> None:
-    batched, _ = run_traced(core(precision, packed), PROMPTS, 16)
+@pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
+def test_greedy_batched_equals_alone(precision: Precision, packed: bool, native: bool) -> None:
+    batched, _ = run_traced(core(precision, packed, native), PROMPTS, 16)
     for i, prompt in enumerate(PROMPTS):
-        (alone,), trace = run_traced(core(precision, packed), [prompt], 16)
+        (alone,), trace = run_traced(core(precision, packed, native), [prompt], 16)
         assert len(alone.output) == 16
         assert_same_answer(precision, batched[i].output, alone.output, trace["s0"])
 
 
-@pytest.mark.parametrize(("precision", "packed"), BUILDS)
-def test_chunked_prefill_gives_the_same_tokens(precision: Precision, packed: bool) -> None:
+@pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
+def test_chunked_prefill_gives_the_same_tokens(
+    precision: Precision, packed: bool, native: bool
+) -> None:
     long = [list(range(2, 90))]
-    (whole,), trace = run_traced(core(precision, packed), long, 12)
-    (chunked,), _ = run_traced(core(precision, packed, max_batch_tokens=7), long, 12)
+    (whole,), trace = run_traced(core(precision, packed, native), long, 12)
+    (chunked,), _ = run_traced(core(precision, packed, native, max_batch_tokens=7), long, 12)
     assert_same_answer(precision, chunked.output, whole.output, trace["s0"])
 
 
-@pytest.mark.parametrize(("precision", "packed"), BUILDS)
-def test_the_prefix_cache_changes_no_token(precision: Precision, packed: bool) -> None:
+@pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
+def test_the_prefix_cache_changes_no_token(
+    precision: Precision, packed: bool, native: bool
+) -> None:
     shared = list(range(3, 43))
-    warm = core(precision, packed)
+    warm = core(precision, packed, native)
     run(warm, [[*shared, 50, 51]], 8)
     second = Sequence("b", [*shared, 60, 61, 62], SamplingParams(max_tokens=8))
     warm.add(second)
     while warm.scheduler.has_work:
         warm.step()
     assert second.num_cached_prompt == 40
-    (cold,), trace = run_traced(core(precision, packed), [[*shared, 60, 61, 62]], 8)
+    (cold,), trace = run_traced(core(precision, packed, native), [[*shared, 60, 61, 62]], 8)
     assert_same_answer(precision, second.output, cold.output, trace["s0"])
 
 
-@pytest.mark.parametrize(("precision", "packed"), BUILDS)
-def test_abort_frees_the_blocks_at_once(precision: Precision, packed: bool) -> None:
-    c = core(precision, packed, num_blocks=32)
+@pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
+def test_abort_frees_the_blocks_at_once(precision: Precision, packed: bool, native: bool) -> None:
+    c = core(precision, packed, native, num_blocks=32)
     s = Sequence("a", list(range(3, 30)), SamplingParams(max_tokens=100, temperature=0.8))
     c.add(s)
     for _ in range(3):
@@ -147,8 +160,10 @@ def test_abort_frees_the_blocks_at_once(precision: Precision, packed: bool) -> N
     assert not c.scheduler.has_work
 
 
-@pytest.mark.parametrize(("precision", "packed"), BUILDS)
-def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision, packed: bool) -> None:
+@pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
+def test_logits_are_float32_s_of_the_weights_it_holds(
+    precision: Precision, packed: bool, native: bool
+) -> None:
     """Every precision is float32 on the weights it holds (bf16-rounded, or dequantized int8
     and int4), up to bf16's rounding of the products' inputs."""
     weights = tiny_weights()
@@ -162,7 +177,7 @@ def test_logits_are_float32_s_of_the_weights_it_holds(precision: Precision, pack
 
     for prompt in PROMPTS:
         want = logits(LlamaModel.from_hf(TINY, weights), prompt)
-        got = logits(tiny_model(precision=precision, packed=packed), prompt)
+        got = logits(tiny_model(precision=precision, packed=packed, native=native), prompt)
         assert got.dtype == torch.float32  # logits come back in float32 for sampling
         rel = float((got - want).abs().max() / want.abs().max())
         assert rel <= TOLERANCE[precision] + 1e-5, (precision, rel)

@@ -49,9 +49,11 @@ def tiny_weights(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def tiny_model(
-    seed: int = 0, precision: Precision = Precision.FP32, packed: bool = False
+    seed: int = 0, precision: Precision = Precision.FP32, packed: bool = False, native: bool = False
 ) -> LlamaModel:
     model = LlamaModel.from_hf(TINY, tiny_weights(seed), precision)
+    if native:
+        model.use_native()
     if packed:
         model.pack_weights()
     return model

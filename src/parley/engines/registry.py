@@ -79,6 +79,7 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
 
     from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
     from parley.engines.builtin.loader import load_model
+    from parley.engines.builtin.native.mode import NativeMode
     from parley.engines.builtin.precision import choose
     from parley.engines.builtin.threads import on_fresh_thread
 
@@ -92,6 +93,7 @@ def builtin_engine(settings: Settings, *, name: str | None = None) -> Engine:
         precision=choose(b.precision, device),
         device=device.type,
         packed_weights=b.packed_weights,
+        native_decode=NativeMode(b.native_decode),
     )
     # loading (a GGUF is dequantized the first time) runs off this thread too: threads.py
     loaded = on_fresh_thread(lambda: load_model(b.model, dtype=torch.float32))

@@ -44,6 +44,12 @@ class BuiltinEngineSettings(BaseModel):
         description="fp32/bf16 matrices reordered once for oneDNN's products on a CPU (about "
         "2x the plain products); false: PyTorch's plain F.linear.",
     )
+    native_decode: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Decode steps (fp32, int8, int4 on a CPU) as one call of a C function "
+        "compiled for this CPU at the first start (needs a C compiler with OpenMP): auto uses "
+        "it where it can be built, on refuses to start without it, off never uses it.",
+    )
 
     @model_validator(mode="before")
     @classmethod

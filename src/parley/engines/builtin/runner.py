@@ -106,6 +106,7 @@ class ModelRunner:
         pos = torch.tensor(positions, dtype=long, device=dev)
         layout = BatchLayout(
             slot_mapping=torch.tensor(slots, dtype=long, device=dev),
+            positions=pos,
             rotation=self.rotary.at(pos),
             decode_rows=torch.tensor(decode_rows, dtype=long, device=dev),
             decode_blocks=torch.tensor(padded, dtype=long, device=dev).view(len(padded), width),

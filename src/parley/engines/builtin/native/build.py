@@ -1,0 +1,101 @@
+"""Compile ``decode.c`` with the machine's C compiler, once, and load it.
+
+The library is built for this CPU (``-march=native``: AVX-512 where there is AVX-512, AVX2
+where not), so it is compiled where it runs, not shipped: the first start takes ~1-2 s more
+and caches the result under ``~/.cache/parley/native/``, keyed by the source, the compiler,
+its flags and the CPU's flags, so a later start (or another CPU) finds the right one. No
+compiler, or a failed build, is not an error: the engine then runs its PyTorch path alone
+(``NativeUnavailable`` says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from parley.engines.builtin.precision import cpu_flags
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = Path("~/.cache/parley/native")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+    "-ffp-contract=fast",
+    "-Wno-psabi",
+)
+COMPILE_TIMEOUT_S = 120
+
+
+class NativeUnavailable(RuntimeError):
+    """The native step cannot be had here: no compiler, or it failed (the message says)."""
+
+
+def source() -> str:
+    return resources.files(__package__).joinpath("decode.c").read_text()
+
+
+def compiler() -> str:
+    found = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if found is None:
+        raise NativeUnavailable("no C compiler on PATH (cc, gcc or $CC)")
+    return found
+
+
+def library_path(cache_dir: Path | None = None) -> Path:
+    """Where this source, built by this compiler for this CPU, lives (built or not)."""
+    cc = compiler()
+    key = hashlib.sha256()
+    for part in (source(), cc, _version(cc), " ".join(FLAGS), " ".join(sorted(cpu_flags()))):
+        key.update(part.encode())
+        key.update(b"\0")
+    return (cache_dir or DEFAULT_CACHE_DIR).expanduser() / f"decode-{key.hexdigest()[:16]}.so"
+
+
+def load(cache_dir: Path | None = None) -> ctypes.CDLL:
+    """The library, compiled first if this machine has not built it yet."""
+    path = library_path(cache_dir)
+    if not path.is_file():
+        _compile(path)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NativeUnavailable(f"could not load {path}: {exc}") from exc
+
+
+def _compile(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    src = path.with_suffix(".c")
+    src.write_text(source())
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    cmd = [compiler(), *FLAGS, "-o", str(tmp), str(src), "-lm"]
+    try:
+        # the compiler found on PATH, our own source and fixed flags: no outside input
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NativeUnavailable(f"compiling the native decode step failed: {exc}") from exc
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise NativeUnavailable(
+            f"compiling the native decode step failed ({' '.join(cmd)}): {done.stderr[-2000:]}"
+        )
+    tmp.replace(path)
+    log.info("compiled the native decode step: %s", path)
+
+
+def _version(cc: str) -> str:
+    try:
+        run = subprocess.run  # the compiler found on PATH, asked its version
+        return run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""

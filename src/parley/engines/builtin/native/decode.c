@@ -1,0 +1,275 @@
+/* parley's native decode step: a whole forward pass of a Llama-family decoder for a batch of
+ * decoding sequences (one new token each) over the paged KV cache, in one call.
+ *
+ * Built by native.py with the machine's C compiler (-O3 -march=native -fopenmp), loaded with
+ * ctypes, and handed raw pointers to the tensors the PyTorch model holds (no copy of the
+ * weights but int4's own nibble layout, which the model keeps beside PyTorch's).
+ *
+ * Why: at one to a few sequences a step is a chain of matrix-vector products; eager PyTorch
+ * spends ~4,000 op calls a forward on it and oneDNN's packed products do not stream the
+ * weights at memory speed (docs/ENGINE_PROFILE.md). Here one OpenMP region runs the whole step
+ * and each product streams its weight rows once for the whole batch.
+ *
+ * Every output (row b, weight row o) is summed by the same code in the same order whatever
+ * the batch (16-lane accumulator, fixed reduction): a sequence's tokens never depend on what
+ * it was batched with. Input sizes must be multiples of 16 (int4: its group, 32).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+typedef uint8_t vu __attribute__((vector_size(16), aligned(1)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
+/* 16 bytes to 16 floats: one widening and one conversion (GCC's generic vectors would go
+ * element by element for int8) */
+static inline vf from_i8(const int8_t *p) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#elif defined(__AVX2__)
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+    vf r;
+    memcpy(&r, &lo, 32), memcpy((char *)&r + 32, &hi, 32);
+    return r;
+#else
+    vf r;
+    for (int i = 0; i < 16; i++) r[i] = p[i];
+    return r;
+#endif
+}
+
+static inline vf from_u8(vu v) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32((__m128i)v));
+#elif defined(__AVX2__)
+    __m128i b = (__m128i)v;
+    __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+    vf r;
+    memcpy(&r, &lo, 32), memcpy((char *)&r + 32, &hi, 32);
+    return r;
+#else
+    return __builtin_convertvector(__builtin_convertvector(v, vi), vf);
+#endif
+}
+
+enum { KIND_FP32 = 0, KIND_INT8 = 1, KIND_INT4 = 2 };
+#define INT4_GROUP 32
+#define TILE 4
+
+typedef struct {
+    int32_t kind, rows, cols, pad;
+    const void *w;      /* fp32 [rows, cols] | int8 [rows, cols] | uint8 nibbles [rows, cols/2] */
+    const float *scale; /* int8: [rows]; int4: [rows, cols/32] */
+    const float *min;   /* int4: [rows, cols/32] (w = q * scale + min) */
+} Mat;
+
+typedef struct {
+    Mat qkv, o, gate_up, down;
+    const float *attn_norm, *mlp_norm;
+} Layer;
+
+typedef struct {
+    int32_t hidden, inter, heads, kv_heads, head_dim, vocab, num_layers, block_size, threads, pad;
+    float eps, pad2;
+    const float *embed;   /* [vocab, hidden] */
+    const float *norm;    /* [hidden] */
+    const float *rope;    /* [max_pos, head_dim/2, 2]: cos, sin */
+    const Layer *layers;  /* [num_layers] */
+    Mat lm_head;
+} Model;
+
+static inline float hsum(vf a) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += a[i];
+    return s;
+}
+
+/* out[i] = w[i] . x for TILE rows held as floats (cols a multiple of 16) */
+static inline void dot_tile(const float *const *w, const float *x, int cols, float *out) {
+    vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int k = 0; k < cols; k += 16) {
+        vf xv = *(const vf *)(x + k);
+        a0 += *(const vf *)(w[0] + k) * xv;
+        a1 += *(const vf *)(w[1] + k) * xv;
+        a2 += *(const vf *)(w[2] + k) * xv;
+        a3 += *(const vf *)(w[3] + k) * xv;
+    }
+    out[0] = hsum(a0), out[1] = hsum(a1), out[2] = hsum(a2), out[3] = hsum(a3);
+}
+
+/* weight row r of an int8 or int4 matrix as floats: q (int8) or q * scale + min (int4) */
+static void dequant_row(const Mat *m, int r, float *dst) {
+    if (m->kind == KIND_INT8) {
+        const int8_t *q = (const int8_t *)m->w + (size_t)r * m->cols;
+        for (int k = 0; k < m->cols; k += 16) *(vf *)(dst + k) = from_i8(q + k);
+        return;
+    }
+    int groups = m->cols / INT4_GROUP;
+    const uint8_t *q = (const uint8_t *)m->w + (size_t)r * (m->cols / 2);
+    const float *sc = m->scale + (size_t)r * groups, *mn = m->min + (size_t)r * groups;
+    for (int g = 0; g < groups; g++) {
+        vu bytes = *(const vu *)(q + g * 16);
+        vf lo = from_u8(bytes & 15), hi = from_u8(bytes >> 4);
+        *(vf *)(dst + g * 32) = lo * sc[g] + mn[g];
+        *(vf *)(dst + g * 32 + 16) = hi * sc[g] + mn[g];
+    }
+}
+
+/* y[b, :] = m . x[b, :] for b < n; inside the parallel region, tiles of rows split among the
+ * threads. `buf`: this thread's TILE * cols floats. */
+static void matmul(const Mat *m, const float *x, int n, float *y, float *buf) {
+    int rows = m->rows, cols = m->cols, tiles = (rows + TILE - 1) / TILE;
+#pragma omp for schedule(static)
+    for (int t = 0; t < tiles; t++) {
+        int o = t * TILE, count = rows - o < TILE ? rows - o : TILE;
+        const float *w[TILE];
+        for (int i = 0; i < TILE; i++) {
+            int r = o + (i < count ? i : count - 1);
+            if (m->kind == KIND_FP32) {
+                w[i] = (const float *)m->w + (size_t)r * cols;
+            } else {
+                if (i < count) dequant_row(m, r, buf + i * cols);
+                w[i] = buf + (i < count ? i : count - 1) * cols;
+            }
+        }
+        for (int b = 0; b < n; b++) {
+            float out[TILE];
+            dot_tile(w, x + (size_t)b * cols, cols, out);
+            for (int i = 0; i < count; i++)
+                y[(size_t)b * rows + o + i] = m->kind == KIND_INT8 ? out[i] * m->scale[o + i] : out[i];
+        }
+    }
+}
+
+static void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+/* rotate each adjacent pair of the first `heads` heads of row `v` by position `pos` */
+static void rope(const Model *m, float *v, int heads, int64_t pos) {
+    int half = m->head_dim / 2;
+    const float *rot = m->rope + (size_t)pos * half * 2;
+    for (int h = 0; h < heads; h++) {
+        float *p = v + (size_t)h * m->head_dim;
+        for (int j = 0; j < half; j++) {
+            float a = p[2 * j], b = p[2 * j + 1], c = rot[2 * j], s = rot[2 * j + 1];
+            p[2 * j] = a * c - b * s;
+            p[2 * j + 1] = a * s + b * c;
+        }
+    }
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* one query head of one row over its sequence's positions 0 .. ctx-1 */
+static void attend(const Model *m, const float *cache, const int64_t *table, int64_t ctx, int head,
+                   const float *q, float *out, float *scores) {
+    int d = m->head_dim, kvh = m->kv_heads, g = head / (m->heads / kvh), bs = m->block_size;
+    size_t slot_width = (size_t)2 * kvh * d;
+    float scale = 1.0f / sqrtf((float)d), best = -INFINITY, total = 0.0f;
+    for (int64_t t = 0; t < ctx; t++) {
+        const float *k = cache + ((size_t)table[t / bs] * bs + t % bs) * slot_width + (size_t)g * d;
+        scores[t] = dot(q, k, d) * scale;
+        if (scores[t] > best) best = scores[t];
+    }
+    for (int i = 0; i < d; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < ctx; t++) {
+        float p = expf(scores[t] - best);
+        total += p;
+        const float *v = cache + ((size_t)table[t / bs] * bs + t % bs) * slot_width + (size_t)(kvh + g) * d;
+        for (int i = 0; i < d; i++) out[i] += p * v[i];
+    }
+    for (int i = 0; i < d; i++) out[i] /= total;
+}
+
+static size_t max_cols(const Model *m) {
+    int c = m->hidden > m->inter ? m->hidden : m->inter;
+    return (size_t)(c > m->heads * m->head_dim ? c : m->heads * m->head_dim);
+}
+
+/* The logits [n, vocab] of n decoding rows: row b is token tokens[b] at position positions[b]
+ * of a sequence whose blocks are tables[b, :width]; its K/V go to cache slot slots[b].
+ * caches: one [num_blocks, block_size, 2 * kv_heads, head_dim] float tensor a layer.
+ * Returns 0, or -1 when scratch memory could not be had. */
+int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *positions,
+                  const int64_t *slots, const int64_t *tables, int width, float *const *caches,
+                  float *logits) {
+    int H = m->hidden, I = m->inter, D = m->head_dim, heads = m->heads, kvh = m->kv_heads;
+    int qkv_w = (heads + 2 * kvh) * D, threads = m->threads > 0 ? m->threads : 1;
+    size_t ctx_cap = (size_t)width * m->block_size, mc = max_cols(m);
+    size_t need = (size_t)n * (2 * H + qkv_w + heads * D + 2 * I + I + H) + threads * (ctx_cap + TILE * mc);
+    float *mem = aligned_alloc(64, ((need * sizeof(float)) + 63) / 64 * 64);
+    if (!mem) return -1;
+    float *x = mem, *h = x + (size_t)n * H, *qkv = h + (size_t)n * H, *att = qkv + (size_t)n * qkv_w;
+    float *gu = att + (size_t)n * heads * D, *act = gu + (size_t)n * 2 * I, *y = act + (size_t)n * I;
+    float *per_thread = y + (size_t)n * H;
+    size_t slot_width = (size_t)2 * kvh * D;
+
+#pragma omp parallel num_threads(threads)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        extern int omp_get_thread_num(void);
+        me = omp_get_thread_num();
+#endif
+        float *scores = per_thread + (size_t)me * (ctx_cap + TILE * mc), *buf = scores + ctx_cap;
+#pragma omp for schedule(static)
+        for (int b = 0; b < n; b++) memcpy(x + (size_t)b * H, m->embed + (size_t)tokens[b] * H, H * sizeof(float));
+        for (int l = 0; l < m->num_layers; l++) {
+            const Layer *L = &m->layers[l];
+            float *cache = caches[l];
+#pragma omp for schedule(static)
+            for (int b = 0; b < n; b++) rms_norm(x + (size_t)b * H, L->attn_norm, H, m->eps, h + (size_t)b * H);
+            matmul(&L->qkv, h, n, qkv, buf);
+#pragma omp for schedule(static)
+            for (int b = 0; b < n; b++) {
+                float *row = qkv + (size_t)b * qkv_w;
+                rope(m, row, heads + kvh, positions[b]);
+                memcpy(cache + (size_t)slots[b] * slot_width, row + (size_t)heads * D, slot_width * sizeof(float));
+            }
+#pragma omp for schedule(static) collapse(2)
+            for (int b = 0; b < n; b++)
+                for (int hd = 0; hd < heads; hd++)
+                    attend(m, cache, tables + (size_t)b * width, positions[b] + 1, hd,
+                           qkv + (size_t)b * qkv_w + (size_t)hd * D, att + ((size_t)b * heads + hd) * D, scores);
+            matmul(&L->o, att, n, y, buf);
+#pragma omp for schedule(static)
+            for (int b = 0; b < n; b++) {
+                float *xb = x + (size_t)b * H, *yb = y + (size_t)b * H;
+                for (int i = 0; i < H; i++) xb[i] += yb[i];
+                rms_norm(xb, L->mlp_norm, H, m->eps, h + (size_t)b * H);
+            }
+            matmul(&L->gate_up, h, n, gu, buf);
+#pragma omp for schedule(static)
+            for (int b = 0; b < n; b++) {
+                const float *gate = gu + (size_t)b * 2 * I, *up = gate + I;
+                float *a = act + (size_t)b * I;
+                for (int i = 0; i < I; i++) a[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+            }
+            matmul(&L->down, act, n, y, buf);
+#pragma omp for schedule(static)
+            for (int b = 0; b < n; b++) {
+                float *xb = x + (size_t)b * H, *yb = y + (size_t)b * H;
+                for (int i = 0; i < H; i++) xb[i] += yb[i];
+            }
+        }
+#pragma omp for schedule(static)
+        for (int b = 0; b < n; b++) rms_norm(x + (size_t)b * H, m->norm, H, m->eps, h + (size_t)b * H);
+        matmul(&m->lm_head, h, n, logits, buf);
+    }
+    free(mem);
+    return 0;
+}
