@@ -12,7 +12,7 @@
  *
  * Every output (row b, weight row o) is summed by the same code in the same order whatever
  * the batch (16-lane accumulator, fixed reduction): a sequence's tokens never depend on what
- * it was batched with. Input sizes must be multiples of 16 (int4: its group, 32).
+ * it was batched with. Input sizes must be multiples of 32 (int4's group).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -84,47 +84,96 @@ typedef struct {
     Mat lm_head;
 } Model;
 
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+
+/* the 16 lanes' sum, as a tree (a fixed order: the same sum in every call) */
 static inline float hsum(vf a) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; i++) s += a[i];
-    return s;
+    v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+           __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-/* out[i] = w[i] . x for TILE rows held as floats (cols a multiple of 16) */
-static inline void dot_tile(const float *const *w, const float *x, int cols, float *out) {
-    vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (int k = 0; k < cols; k += 16) {
-        vf xv = *(const vf *)(x + k);
-        a0 += *(const vf *)(w[0] + k) * xv;
-        a1 += *(const vf *)(w[1] + k) * xv;
-        a2 += *(const vf *)(w[2] + k) * xv;
-        a3 += *(const vf *)(w[3] + k) * xv;
+/* 16 weights of row r from column k, as floats: fp32 as held, int8 as q (its row scale is
+ * applied to the sum), int4 as q * scale + min of its group */
+static inline vf load_w(const Mat *m, int r, int k) {
+    if (m->kind == KIND_FP32) return *(const vf *)((const float *)m->w + (size_t)r * m->cols + k);
+    if (m->kind == KIND_INT8) return from_i8((const int8_t *)m->w + (size_t)r * m->cols + k);
+    int groups = m->cols / INT4_GROUP, g = k / INT4_GROUP;
+    vu bytes = *(const vu *)((const uint8_t *)m->w + (size_t)r * (m->cols / 2) + g * 16);
+    vf q = k % INT4_GROUP ? from_u8(bytes >> 4) : from_u8(bytes & 15);
+    size_t at = (size_t)r * groups + g;
+    return q * m->scale[at] + m->min[at];
+}
+
+/* Every sum below is the same arithmetic whatever the batch: one accumulator for the even
+ * 16-column chunks, one for the odd, added, then summed lane by lane. */
+
+/* row r of m . x, reading the weights as held (one row streamed at a time: four rows side by
+ * side stream slower, docs/ENGINE_PROFILE.md); one loop a kind */
+static inline float dot_row(const Mat *m, int r, const float *x) {
+    vf a0 = {0}, a1 = {0};
+    int cols = m->cols;
+    if (m->kind == KIND_FP32) {
+        const float *w = (const float *)m->w + (size_t)r * cols;
+        for (int k = 0; k < cols; k += 32) {
+            a0 += *(const vf *)(w + k) * *(const vf *)(x + k);
+            a1 += *(const vf *)(w + k + 16) * *(const vf *)(x + k + 16);
+        }
+    } else if (m->kind == KIND_INT8) {
+        const int8_t *q = (const int8_t *)m->w + (size_t)r * cols;
+        for (int k = 0; k < cols; k += 32) {
+            a0 += from_i8(q + k) * *(const vf *)(x + k);
+            a1 += from_i8(q + k + 16) * *(const vf *)(x + k + 16);
+        }
+    } else { /* a group a step: its bytes, scale and min read once */
+        int groups = cols / INT4_GROUP;
+        const uint8_t *q = (const uint8_t *)m->w + (size_t)r * (cols / 2);
+        const float *sc = m->scale + (size_t)r * groups, *mn = m->min + (size_t)r * groups;
+        for (int g = 0; g < groups; g++) {
+            vu bytes = *(const vu *)(q + g * 16);
+            a0 += (from_u8(bytes & 15) * sc[g] + mn[g]) * *(const vf *)(x + g * 32);
+            a1 += (from_u8(bytes >> 4) * sc[g] + mn[g]) * *(const vf *)(x + g * 32 + 16);
+        }
     }
-    out[0] = hsum(a0), out[1] = hsum(a1), out[2] = hsum(a2), out[3] = hsum(a3);
+    return hsum(a0 + a1);
 }
 
-/* weight row r of an int8 or int4 matrix as floats: q (int8) or q * scale + min (int4) */
+/* out[i] = w[i] . x for TILE rows held as floats: each x chunk loaded once for four rows */
+static inline void dot_tile(const float *const *w, const float *x, int cols, float *out) {
+    vf a[TILE][2] = {{{0}}};
+    for (int k = 0; k < cols; k += 32) {
+        vf x0 = *(const vf *)(x + k), x1 = *(const vf *)(x + k + 16);
+        for (int i = 0; i < TILE; i++) {
+            a[i][0] += *(const vf *)(w[i] + k) * x0;
+            a[i][1] += *(const vf *)(w[i] + k + 16) * x1;
+        }
+    }
+    for (int i = 0; i < TILE; i++) out[i] = hsum(a[i][0] + a[i][1]);
+}
+
 static void dequant_row(const Mat *m, int r, float *dst) {
-    if (m->kind == KIND_INT8) {
-        const int8_t *q = (const int8_t *)m->w + (size_t)r * m->cols;
-        for (int k = 0; k < m->cols; k += 16) *(vf *)(dst + k) = from_i8(q + k);
+    for (int k = 0; k < m->cols; k += 16) *(vf *)(dst + k) = load_w(m, r, k);
+}
+
+static inline float scaled(const Mat *m, int r, float sum) {
+    return m->kind == KIND_INT8 ? sum * m->scale[r] : sum;
+}
+
+/* y[b, :] = m . x[b, :] for b < n, inside the parallel region: rows split among the threads.
+ * Under TILE rows of input, each weight row is streamed once and dotted with each input;
+ * from TILE up, TILE weight rows (as floats in `buf`, this thread's TILE * cols floats, but
+ * fp32's own) are dotted with each input together. */
+static void matmul(const Mat *m, const float *x, int n, float *y, float *buf) {
+    int rows = m->rows, cols = m->cols;
+    if (n < TILE) {
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++)
+            for (int b = 0; b < n; b++) y[(size_t)b * rows + r] = scaled(m, r, dot_row(m, r, x + (size_t)b * cols));
         return;
     }
-    int groups = m->cols / INT4_GROUP;
-    const uint8_t *q = (const uint8_t *)m->w + (size_t)r * (m->cols / 2);
-    const float *sc = m->scale + (size_t)r * groups, *mn = m->min + (size_t)r * groups;
-    for (int g = 0; g < groups; g++) {
-        vu bytes = *(const vu *)(q + g * 16);
-        vf lo = from_u8(bytes & 15), hi = from_u8(bytes >> 4);
-        *(vf *)(dst + g * 32) = lo * sc[g] + mn[g];
-        *(vf *)(dst + g * 32 + 16) = hi * sc[g] + mn[g];
-    }
-}
-
-/* y[b, :] = m . x[b, :] for b < n; inside the parallel region, tiles of rows split among the
- * threads. `buf`: this thread's TILE * cols floats. */
-static void matmul(const Mat *m, const float *x, int n, float *y, float *buf) {
-    int rows = m->rows, cols = m->cols, tiles = (rows + TILE - 1) / TILE;
+    int tiles = (rows + TILE - 1) / TILE;
 #pragma omp for schedule(static)
     for (int t = 0; t < tiles; t++) {
         int o = t * TILE, count = rows - o < TILE ? rows - o : TILE;
@@ -141,8 +190,7 @@ static void matmul(const Mat *m, const float *x, int n, float *y, float *buf) {
         for (int b = 0; b < n; b++) {
             float out[TILE];
             dot_tile(w, x + (size_t)b * cols, cols, out);
-            for (int i = 0; i < count; i++)
-                y[(size_t)b * rows + o + i] = m->kind == KIND_INT8 ? out[i] * m->scale[o + i] : out[i];
+            for (int i = 0; i < count; i++) y[(size_t)b * rows + o + i] = scaled(m, o + i, out[i]);
         }
     }
 }

@@ -24,7 +24,7 @@ from parley.engines.builtin.native.build import NativeUnavailable, load
 if TYPE_CHECKING:
     from parley.engines.builtin.model import BatchLayout, KVCache, LlamaModel
 
-_LANES = 16  # decode.c sums 16 floats at a time: input sizes must be multiples of it
+_LANES = 32  # decode.c sums 2 x 16 floats at a time: input sizes must be multiples of it
 
 
 class _Mat(ctypes.Structure):
@@ -107,7 +107,7 @@ class NativeDecoder:
         if model.device.type != "cpu":
             raise NativeUnavailable(f"the native decode step runs on a CPU, not {model.device}")
         if cfg.hidden_size % _LANES or cfg.intermediate_size % _LANES:
-            raise NativeUnavailable("the native decode step needs sizes divisible by 16")
+            raise NativeUnavailable("the native decode step needs sizes divisible by 32")
         held = _Held([])
         layers = (_Layer * cfg.num_layers)()
         for i, layer in enumerate(model.layers):
