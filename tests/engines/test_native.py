@@ -3,6 +3,7 @@ holds, the same answers as PyTorch's forward, and the ``native_decode`` setting'
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from parley.engines.builtin.linear import Int4Linear, Int8Linear, make_linear
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.native import build
 from parley.engines.builtin.native.build import NativeUnavailable
+from parley.engines.builtin.native.decoder import MAX_ROWS
 from parley.engines.builtin.native.mode import NativeMode, attach_native
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
@@ -35,6 +37,24 @@ def held(weight: torch.Tensor, precision: Precision) -> torch.Tensor:
         scale, minimum = linear.native_scales()
         return (q.float() * scale[..., None] + minimum[..., None]).view(rows, -1)
     return weight
+
+
+def calls(model: LlamaModel) -> int:
+    """How many steps the model's native decoder ran (counted by ``counting``)."""
+    return int(getattr(model, "native_calls", 0))
+
+
+def counting(model: LlamaModel) -> LlamaModel:
+    native = model.native
+    assert native is not None
+    decode = native.decode
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        model.native_calls = calls(model) + 1  # type: ignore[attr-defined]
+        return decode(*args)
+
+    native.decode = counted  # type: ignore[method-assign]
+    return model
 
 
 def decode_logits(
@@ -69,21 +89,24 @@ def test_a_native_step_is_float32_on_the_weights_the_model_holds(precision: Prec
         k: held(v, precision) if v.dim() == 2 and k != "model.embed_tokens.weight" else v
         for k, v in tiny_weights().items()
     }
-    prompts = [[50], [7], [33], [90], [2]]
+    prompts = [[50], [7], [33], [90]]  # within every precision's MAX_ROWS
     want_tokens, want = decode_logits(LlamaModel.from_hf(TINY, weights), 12, prompts)
-    native = tiny_model(precision=precision, packed=True, native=True)
-    assert native.native is not None
+    native = counting(tiny_model(precision=precision, packed=True, native=True))
     got_tokens, got = decode_logits(native, 12, prompts)
     assert got_tokens == want_tokens
     assert len(got) == len(want) == 12
+    assert calls(native) == 12
     for a, b in zip(got, want, strict=True):
         assert float((a - b).abs().max() / b.abs().max()) < 1e-4
 
 
 def test_native_and_pytorch_steps_give_the_same_fp32_answers() -> None:
-    torch_tokens, torch_logits = decode_logits(tiny_model(packed=True), 16)
-    native_tokens, native_logits = decode_logits(tiny_model(packed=True, native=True), 16)
+    prompts = PROMPTS[: MAX_ROWS[0]]  # fp32 steps of more rows go to PyTorch
+    torch_tokens, torch_logits = decode_logits(tiny_model(packed=True), 16, prompts)
+    native = tiny_model(packed=True, native=True)
+    native_tokens, native_logits = decode_logits(native, 16, prompts)
     assert native_tokens == torch_tokens
+    assert native.native is not None
     for a, b in zip(native_logits, torch_logits, strict=True):
         assert float((a - b).abs().max() / b.abs().max()) < 1e-5
 
@@ -102,12 +125,22 @@ def test_the_native_step_writes_the_kv_cache_as_pytorch_does() -> None:
     assert caches[1].abs().sum() > 0
 
 
-def test_w8a8_and_bf16_have_no_native_step_and_auto_goes_on_without() -> None:
-    for precision in (Precision.W8A8, Precision.BF16):
-        model = tiny_model(precision=precision)
-        assert attach_native(model, NativeMode.AUTO) is False and model.native is None
-        with pytest.raises(NativeUnavailable, match="no"):
-            attach_native(model, NativeMode.ON)
+def test_w8a8_native_is_the_same_integer_product_as_onednn_s() -> None:
+    """Both round each input row to int8 alike and sum exact integer products: the same
+    answers, and logits equal up to the float scaling's rounding."""
+    want_tokens, want = decode_logits(tiny_model(precision=Precision.W8A8, packed=True), 16)
+    native = tiny_model(precision=Precision.W8A8, packed=True, native=True)
+    got_tokens, got = decode_logits(native, 16)
+    assert got_tokens == want_tokens
+    for a, b in zip(got, want, strict=True):
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-5
+
+
+def test_bf16_has_no_native_step_and_auto_goes_on_without() -> None:
+    model = tiny_model(precision=Precision.BF16)
+    assert attach_native(model, NativeMode.AUTO) is False and model.native is None
+    with pytest.raises(NativeUnavailable, match="no"):
+        attach_native(model, NativeMode.ON)
     fp32 = tiny_model()
     assert attach_native(fp32, NativeMode.OFF) is False and fp32.native is None
     assert attach_native(fp32, NativeMode.ON) is True and fp32.native is not None
@@ -148,3 +181,32 @@ def test_the_setting_takes_auto_on_off_and_nothing_else() -> None:
     assert BuiltinEngineSettings(native_decode="off").native_decode == "off"
     with pytest.raises(ValueError, match="native_decode"):
         BuiltinEngineSettings(native_decode="fast")
+
+
+@pytest.mark.parametrize(("precision", "native_steps"), [(Precision.FP32, 0), (Precision.INT8, 15)])
+def test_steps_of_more_rows_than_the_precision_s_max_go_to_pytorch(
+    precision: Precision, native_steps: int
+) -> None:
+    """fp32 decodes 5 rows in PyTorch (oneDNN is faster there); int8 stays native at any batch
+    (PyTorch's int8 rounds inputs to bf16: the answer would depend on the batch)."""
+    model = counting(tiny_model(precision=precision, packed=True, native=True))
+    decode_logits(model, 16)  # 5 prompts: 1 prefill step, 15 decode steps of 5 rows
+    assert calls(model) == native_steps
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 builds")
+@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64"], ids=["avx2", "plain"])
+@pytest.mark.parametrize("precision", [*NATIVE, Precision.W8A8], ids=lambda p: p.value)
+def test_the_avx2_and_plain_builds_answer_as_this_cpu_s(
+    march: str, precision: Precision, tmp_path: Path
+) -> None:
+    """The CPU of the day may lack AVX-512 (or even AVX2): those builds' code paths give the
+    same answers."""
+    prompts = PROMPTS[:4]
+    want_tokens, want = decode_logits(tiny_model(precision=precision, native=True), 10, prompts)
+    model = tiny_model(precision=precision)
+    model.use_native(cache_dir=tmp_path, march=march)
+    got_tokens, got = decode_logits(counting(model), 10, prompts)
+    assert got_tokens == want_tokens and calls(model) > 0
+    for a, b in zip(got, want, strict=True):
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-5

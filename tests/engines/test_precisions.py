@@ -22,7 +22,7 @@ from parley.engines.settings import BuiltinEngineSettings
 from tests.engines.tiny import TINY, random_weights, tiny_model, tiny_weights
 
 PRECISIONS = list(Precision)
-NATIVE = (Precision.FP32, Precision.INT8, Precision.INT4)  # the native decode step's
+NATIVE = (Precision.FP32, Precision.INT8, Precision.INT4, Precision.W8A8)  # native steps
 # every precision as the engine runs it (dense matrices packed for oneDNN; decode steps
 # native where the native step serves the precision), the dense ones unpacked (F.linear)
 # too, and every precision's decode steps in PyTorch

@@ -199,11 +199,14 @@ class LlamaModel:
         self.lm_head: Linear = linear(head, precision)
         self.native: NativeDecoder | None = None
 
-    def use_native(self, threads: int | None = None, cache_dir: Path | None = None) -> None:
-        """Run every all-decode step with the native decode step (native/), built for this
-        CPU; NativeUnavailable when it cannot be had. Call before ``pack_weights``: the
-        native step reads the plain matrices, which it then keeps."""
-        self.native = NativeDecoder.for_model(self, threads, cache_dir)
+    def use_native(
+        self, threads: int | None = None, cache_dir: Path | None = None, march: str = "native"
+    ) -> None:
+        """Run all-decode steps (up to ``native.max_rows`` rows) with the native decode step
+        (native/), built for this CPU (or ``march``); NativeUnavailable when it cannot be had.
+        Call before ``pack_weights``: the native step reads the plain matrices, which it then
+        keeps."""
+        self.native = NativeDecoder.for_model(self, threads, cache_dir, march)
 
     def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:
         """Hand every dense (and w8a8) matrix to oneDNN for its packed products
@@ -247,8 +250,9 @@ class LlamaModel:
     @torch.inference_mode()
     def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [S, vocab] (float32) for ``layout.logit_rows``; every input's K/V is cached."""
-        if self.native is not None and layout.all_decode:
-            logits = self.native.decode(input_ids, layout, kv_cache)
+        native = self.native
+        if native is not None and layout.all_decode and input_ids.shape[0] <= native.max_rows:
+            logits = native.decode(input_ids, layout, kv_cache)
             same_rows = logits.shape[0] == layout.logit_rows.shape[0]
             return logits if same_rows else logits[layout.logit_rows]
         x = F.embedding(input_ids, self.embed)

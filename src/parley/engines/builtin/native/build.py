@@ -52,33 +52,40 @@ def compiler() -> str:
     return found
 
 
-def library_path(cache_dir: Path | None = None) -> Path:
+def flags(march: str = "native") -> tuple[str, ...]:
+    """The compiler's flags: ``march`` is the CPU to build for (``native``: this one; tests
+    build the AVX2 and plain x86-64 variants too, ``x86-64-v3`` and ``x86-64``)."""
+    return (*FLAGS, f"-march={march}")
+
+
+def library_path(cache_dir: Path | None = None, march: str = "native") -> Path:
     """Where this source, built by this compiler for this CPU, lives (built or not)."""
     cc = compiler()
     key = hashlib.sha256()
-    for part in (source(), cc, _version(cc), " ".join(FLAGS), " ".join(sorted(cpu_flags()))):
+    parts = (source(), cc, _version(cc), " ".join(flags(march)), " ".join(sorted(cpu_flags())))
+    for part in parts:
         key.update(part.encode())
         key.update(b"\0")
     return (cache_dir or DEFAULT_CACHE_DIR).expanduser() / f"decode-{key.hexdigest()[:16]}.so"
 
 
-def load(cache_dir: Path | None = None) -> ctypes.CDLL:
+def load(cache_dir: Path | None = None, march: str = "native") -> ctypes.CDLL:
     """The library, compiled first if this machine has not built it yet."""
-    path = library_path(cache_dir)
+    path = library_path(cache_dir, march)
     if not path.is_file():
-        _compile(path)
+        _compile(path, march)
     try:
         return ctypes.CDLL(str(path))
     except OSError as exc:
         raise NativeUnavailable(f"could not load {path}: {exc}") from exc
 
 
-def _compile(path: Path) -> None:
+def _compile(path: Path, march: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     src = path.with_suffix(".c")
     src.write_text(source())
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    cmd = [compiler(), *FLAGS, "-o", str(tmp), str(src), "-lm"]
+    cmd = [compiler(), *flags(march), "-o", str(tmp), str(src), "-lm"]
     try:
         # the compiler found on PATH, our own source and fixed flags: no outside input
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)  # noqa: S603

@@ -58,16 +58,23 @@ static inline vf from_u8(vu v) {
 #endif
 }
 
-enum { KIND_FP32 = 0, KIND_INT8 = 1, KIND_INT4 = 2 };
+enum { KIND_FP32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_W8A8 = 3 };
 #define INT4_GROUP 32
-#define TILE 4
 
 typedef struct {
     int32_t kind, rows, cols, pad;
     const void *w;      /* fp32 [rows, cols] | int8 [rows, cols] | uint8 nibbles [rows, cols/2] */
-    const float *scale; /* int8: [rows]; int4: [rows, cols/32] */
+    const float *scale; /* int8, w8a8: [rows]; int4: [rows, cols/32] */
     const float *min;   /* int4: [rows, cols/32] (w = q * scale + min) */
+    const int32_t *wsum; /* w8a8: [rows], each row's sum of q */
 } Mat;
+
+/* what a w8a8 product needs besides its operands: the inputs rounded to 8 bits (shared by
+ * the threads: [n, cols] bytes and [n] scales) */
+typedef struct {
+    uint8_t *xq;
+    float *xs;
+} Scratch;
 
 typedef struct {
     Mat qkv, o, gate_up, down;
@@ -95,103 +102,124 @@ static inline float hsum(vf a) {
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-/* 16 weights of row r from column k, as floats: fp32 as held, int8 as q (its row scale is
- * applied to the sum), int4 as q * scale + min of its group */
-static inline vf load_w(const Mat *m, int r, int k) {
-    if (m->kind == KIND_FP32) return *(const vf *)((const float *)m->w + (size_t)r * m->cols + k);
-    if (m->kind == KIND_INT8) return from_i8((const int8_t *)m->w + (size_t)r * m->cols + k);
-    int groups = m->cols / INT4_GROUP, g = k / INT4_GROUP;
-    vu bytes = *(const vu *)((const uint8_t *)m->w + (size_t)r * (m->cols / 2) + g * 16);
-    vf q = k % INT4_GROUP ? from_u8(bytes >> 4) : from_u8(bytes & 15);
-    size_t at = (size_t)r * groups + g;
-    return q * m->scale[at] + m->min[at];
-}
-
 /* Every sum below is the same arithmetic whatever the batch: one accumulator for the even
- * 16-column chunks, one for the odd, added, then summed lane by lane. */
+ * 16-column chunks, one for the odd, added, then summed lane by lane (hsum). */
 
-/* row r of m . x, reading the weights as held (one row streamed at a time: four rows side by
- * side stream slower, docs/ENGINE_PROFILE.md); one loop a kind */
-static inline float dot_row(const Mat *m, int r, const float *x) {
-    vf a0 = {0}, a1 = {0};
+/* columns k .. k+31 of row r as floats (k a multiple of 32): fp32 as held, int8 as q (its row
+ * scale is applied to the sum), int4 as q * scale + min of its group */
+static inline __attribute__((always_inline)) void load_pair(const Mat *m, int kind, int r, int k, vf *w0, vf *w1) {
+    if (kind == KIND_FP32) {
+        const float *w = (const float *)m->w + (size_t)r * m->cols + k;
+        *w0 = *(const vf *)w, *w1 = *(const vf *)(w + 16);
+    } else if (kind == KIND_INT8) {
+        const int8_t *q = (const int8_t *)m->w + (size_t)r * m->cols + k;
+        *w0 = from_i8(q), *w1 = from_i8(q + 16);
+    } else {
+        size_t g = (size_t)r * (m->cols / INT4_GROUP) + k / INT4_GROUP;
+        vu bytes = *(const vu *)((const uint8_t *)m->w + g * 16);
+        float sc = m->scale[g], mn = m->min[g];
+        *w0 = from_u8(bytes & 15) * sc + mn, *w1 = from_u8(bytes >> 4) * sc + mn;
+    }
+}
+
+/* out[j] = row r of m . x[j] for `count` (1 to 4, a constant where it is inlined) inputs
+ * `cols` apart: the row read and converted once for all of them, streamed one row at a time
+ * (rows side by side stream slower: docs/ENGINE_PROFILE.md) */
+static inline __attribute__((always_inline)) void dot_rows(const Mat *m, int kind, int r, const float *x, int count, float *out) {
+    vf a[4][2] = {{{0}}};
     int cols = m->cols;
-    if (m->kind == KIND_FP32) {
-        const float *w = (const float *)m->w + (size_t)r * cols;
-        for (int k = 0; k < cols; k += 32) {
-            a0 += *(const vf *)(w + k) * *(const vf *)(x + k);
-            a1 += *(const vf *)(w + k + 16) * *(const vf *)(x + k + 16);
-        }
-    } else if (m->kind == KIND_INT8) {
-        const int8_t *q = (const int8_t *)m->w + (size_t)r * cols;
-        for (int k = 0; k < cols; k += 32) {
-            a0 += from_i8(q + k) * *(const vf *)(x + k);
-            a1 += from_i8(q + k + 16) * *(const vf *)(x + k + 16);
-        }
-    } else { /* a group a step: its bytes, scale and min read once */
-        int groups = cols / INT4_GROUP;
-        const uint8_t *q = (const uint8_t *)m->w + (size_t)r * (cols / 2);
-        const float *sc = m->scale + (size_t)r * groups, *mn = m->min + (size_t)r * groups;
-        for (int g = 0; g < groups; g++) {
-            vu bytes = *(const vu *)(q + g * 16);
-            a0 += (from_u8(bytes & 15) * sc[g] + mn[g]) * *(const vf *)(x + g * 32);
-            a1 += (from_u8(bytes >> 4) * sc[g] + mn[g]) * *(const vf *)(x + g * 32 + 16);
-        }
-    }
-    return hsum(a0 + a1);
-}
-
-/* out[i] = w[i] . x for TILE rows held as floats: each x chunk loaded once for four rows */
-static inline void dot_tile(const float *const *w, const float *x, int cols, float *out) {
-    vf a[TILE][2] = {{{0}}};
     for (int k = 0; k < cols; k += 32) {
-        vf x0 = *(const vf *)(x + k), x1 = *(const vf *)(x + k + 16);
-        for (int i = 0; i < TILE; i++) {
-            a[i][0] += *(const vf *)(w[i] + k) * x0;
-            a[i][1] += *(const vf *)(w[i] + k + 16) * x1;
+        vf w0, w1;
+        load_pair(m, kind, r, k, &w0, &w1);
+        for (int j = 0; j < count; j++) {
+            a[j][0] += w0 * *(const vf *)(x + (size_t)j * cols + k);
+            a[j][1] += w1 * *(const vf *)(x + (size_t)j * cols + k + 16);
         }
     }
-    for (int i = 0; i < TILE; i++) out[i] = hsum(a[i][0] + a[i][1]);
+    for (int j = 0; j < count; j++) out[j] = hsum(a[j][0] + a[j][1]);
 }
 
-static void dequant_row(const Mat *m, int r, float *dst) {
-    for (int k = 0; k < m->cols; k += 16) *(vf *)(dst + k) = load_w(m, r, k);
+/* one kind's rows of the product, b in fours: each kind and count its own unrolled loop */
+#define ROWS_OF(KIND)                                                                         \
+    static void rows_##KIND(const Mat *m, const float *x, int n, float *y) {                \
+        int rows = m->rows, cols = m->cols;                                                 \
+        _Pragma("omp for schedule(static)") for (int r = 0; r < rows; r++) {                \
+            for (int b = 0; b < n; b += 4) {                                                \
+                float out[4];                                                               \
+                const float *xb = x + (size_t)b * cols;                                     \
+                switch (n - b) {                                                            \
+                    case 1: dot_rows(m, KIND, r, xb, 1, out); break;                        \
+                    case 2: dot_rows(m, KIND, r, xb, 2, out); break;                        \
+                    case 3: dot_rows(m, KIND, r, xb, 3, out); break;                        \
+                    default: dot_rows(m, KIND, r, xb, 4, out); break;                       \
+                }                                                                           \
+                int count = n - b < 4 ? n - b : 4;                                          \
+                for (int j = 0; j < count; j++)                                             \
+                    y[(size_t)(b + j) * rows + r] = KIND == KIND_INT8 ? out[j] * m->scale[r] : out[j]; \
+            }                                                                               \
+        }                                                                                   \
+    }
+ROWS_OF(KIND_FP32)
+ROWS_OF(KIND_INT8)
+ROWS_OF(KIND_INT4)
+
+/* w8a8: input row x rounded to int8 as PyTorch's path does (scale = max |x| / 127, round half
+ * to even), held as uint8 with its zero at 128 (q + 128); its scale to xs */
+static void quantize_row(const float *x, int cols, uint8_t *q, float *xs) {
+    float top = 0.0f;
+    for (int i = 0; i < cols; i++) top = fmaxf(top, fabsf(x[i]));
+    float scale = fmaxf(top, 1e-12f) / 127.0f;
+    for (int i = 0; i < cols; i++) q[i] = (uint8_t)((int)nearbyintf(x[i] / scale) + 128);
+    *xs = scale;
 }
 
-static inline float scaled(const Mat *m, int r, float sum) {
-    return m->kind == KIND_INT8 ? sum * m->scale[r] : sum;
+/* sum of (q[i] - 128) * w[i]: exact integers, so any order gives the same sum */
+static inline int32_t dot_u8s8(const uint8_t *q, const int8_t *w, int cols, int32_t wsum) {
+    int32_t total = 0;
+    int k = 0;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    __m512i acc = _mm512_setzero_si512();
+    for (; k + 64 <= cols; k += 64)
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(q + k), _mm512_loadu_si512(w + k));
+    total = _mm512_reduce_add_epi32(acc);
+#elif defined(__AVX2__)
+    __m256i acc = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8((char)128);
+    for (; k + 32 <= cols; k += 32) { /* signed x = q - 128; |w| * sign(x by w): no saturation */
+        __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + k)), bias);
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + k));
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    }
+    int32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, acc);
+    for (int i = 0; i < 8; i++) total += lanes[i];
+    for (; k < cols; k++) total += ((int32_t)q[k] - 128) * w[k];
+    return total;
+#endif
+    for (; k < cols; k++) total += (int32_t)q[k] * w[k];
+    return total - 128 * wsum;
 }
 
-/* y[b, :] = m . x[b, :] for b < n, inside the parallel region: rows split among the threads.
- * Under TILE rows of input, each weight row is streamed once and dotted with each input;
- * from TILE up, TILE weight rows (as floats in `buf`, this thread's TILE * cols floats, but
- * fp32's own) are dotted with each input together. */
-static void matmul(const Mat *m, const float *x, int n, float *y, float *buf) {
+static void matmul_w8a8(const Mat *m, const float *x, int n, float *y, const Scratch *s) {
     int rows = m->rows, cols = m->cols;
-    if (n < TILE) {
 #pragma omp for schedule(static)
-        for (int r = 0; r < rows; r++)
-            for (int b = 0; b < n; b++) y[(size_t)b * rows + r] = scaled(m, r, dot_row(m, r, x + (size_t)b * cols));
-        return;
-    }
-    int tiles = (rows + TILE - 1) / TILE;
+    for (int b = 0; b < n; b++) quantize_row(x + (size_t)b * cols, cols, s->xq + (size_t)b * cols, s->xs + b);
+    const int8_t *w = (const int8_t *)m->w;
 #pragma omp for schedule(static)
-    for (int t = 0; t < tiles; t++) {
-        int o = t * TILE, count = rows - o < TILE ? rows - o : TILE;
-        const float *w[TILE];
-        for (int i = 0; i < TILE; i++) {
-            int r = o + (i < count ? i : count - 1);
-            if (m->kind == KIND_FP32) {
-                w[i] = (const float *)m->w + (size_t)r * cols;
-            } else {
-                if (i < count) dequant_row(m, r, buf + i * cols);
-                w[i] = buf + (i < count ? i : count - 1) * cols;
-            }
-        }
+    for (int r = 0; r < rows; r++)
         for (int b = 0; b < n; b++) {
-            float out[TILE];
-            dot_tile(w, x + (size_t)b * cols, cols, out);
-            for (int i = 0; i < count; i++) y[(size_t)b * rows + o + i] = scaled(m, o + i, out[i]);
+            int32_t sum = dot_u8s8(s->xq + (size_t)b * cols, w + (size_t)r * cols, cols, m->wsum[r]);
+            y[(size_t)b * rows + r] = (float)sum * m->scale[r] * s->xs[b];
         }
+}
+
+/* y[b, :] = m . x[b, :] for b < n, inside the parallel region: rows split among the threads */
+static void matmul(const Mat *m, const float *x, int n, float *y, const Scratch *s) {
+    switch (m->kind) {
+        case KIND_FP32: rows_KIND_FP32(m, x, n, y); break;
+        case KIND_INT8: rows_KIND_INT8(m, x, n, y); break;
+        case KIND_INT4: rows_KIND_INT4(m, x, n, y); break;
+        default: matmul_w8a8(m, x, n, y, s); break;
     }
 }
 
@@ -258,12 +286,14 @@ int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *p
     int H = m->hidden, I = m->inter, D = m->head_dim, heads = m->heads, kvh = m->kv_heads;
     int qkv_w = (heads + 2 * kvh) * D, threads = m->threads > 0 ? m->threads : 1;
     size_t ctx_cap = (size_t)width * m->block_size, mc = max_cols(m);
-    size_t need = (size_t)n * (2 * H + qkv_w + heads * D + 2 * I + I + H) + threads * (ctx_cap + TILE * mc);
+    size_t need = (size_t)n * (2 * H + qkv_w + heads * D + 2 * I + I + H + 1) + threads * ctx_cap
+                  + ((size_t)n * mc + 3) / 4;
     float *mem = aligned_alloc(64, ((need * sizeof(float)) + 63) / 64 * 64);
     if (!mem) return -1;
     float *x = mem, *h = x + (size_t)n * H, *qkv = h + (size_t)n * H, *att = qkv + (size_t)n * qkv_w;
     float *gu = att + (size_t)n * heads * D, *act = gu + (size_t)n * 2 * I, *y = act + (size_t)n * I;
-    float *per_thread = y + (size_t)n * H;
+    float *xs = y + (size_t)n * H, *per_thread = xs + n;
+    uint8_t *xq = (uint8_t *)(per_thread + (size_t)threads * ctx_cap);
     size_t slot_width = (size_t)2 * kvh * D;
 
 #pragma omp parallel num_threads(threads)
@@ -273,7 +303,8 @@ int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *p
         extern int omp_get_thread_num(void);
         me = omp_get_thread_num();
 #endif
-        float *scores = per_thread + (size_t)me * (ctx_cap + TILE * mc), *buf = scores + ctx_cap;
+        float *scores = per_thread + (size_t)me * ctx_cap;
+        Scratch scratch = {xq, xs};
 #pragma omp for schedule(static)
         for (int b = 0; b < n; b++) memcpy(x + (size_t)b * H, m->embed + (size_t)tokens[b] * H, H * sizeof(float));
         for (int l = 0; l < m->num_layers; l++) {
@@ -281,7 +312,7 @@ int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *p
             float *cache = caches[l];
 #pragma omp for schedule(static)
             for (int b = 0; b < n; b++) rms_norm(x + (size_t)b * H, L->attn_norm, H, m->eps, h + (size_t)b * H);
-            matmul(&L->qkv, h, n, qkv, buf);
+            matmul(&L->qkv, h, n, qkv, &scratch);
 #pragma omp for schedule(static)
             for (int b = 0; b < n; b++) {
                 float *row = qkv + (size_t)b * qkv_w;
@@ -293,21 +324,21 @@ int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *p
                 for (int hd = 0; hd < heads; hd++)
                     attend(m, cache, tables + (size_t)b * width, positions[b] + 1, hd,
                            qkv + (size_t)b * qkv_w + (size_t)hd * D, att + ((size_t)b * heads + hd) * D, scores);
-            matmul(&L->o, att, n, y, buf);
+            matmul(&L->o, att, n, y, &scratch);
 #pragma omp for schedule(static)
             for (int b = 0; b < n; b++) {
                 float *xb = x + (size_t)b * H, *yb = y + (size_t)b * H;
                 for (int i = 0; i < H; i++) xb[i] += yb[i];
                 rms_norm(xb, L->mlp_norm, H, m->eps, h + (size_t)b * H);
             }
-            matmul(&L->gate_up, h, n, gu, buf);
+            matmul(&L->gate_up, h, n, gu, &scratch);
 #pragma omp for schedule(static)
             for (int b = 0; b < n; b++) {
                 const float *gate = gu + (size_t)b * 2 * I, *up = gate + I;
                 float *a = act + (size_t)b * I;
                 for (int i = 0; i < I; i++) a[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
             }
-            matmul(&L->down, act, n, y, buf);
+            matmul(&L->down, act, n, y, &scratch);
 #pragma omp for schedule(static)
             for (int b = 0; b < n; b++) {
                 float *xb = x + (size_t)b * H, *yb = y + (size_t)b * H;
@@ -316,7 +347,7 @@ int parley_decode(const Model *m, int n, const int64_t *tokens, const int64_t *p
         }
 #pragma omp for schedule(static)
         for (int b = 0; b < n; b++) rms_norm(x + (size_t)b * H, m->norm, H, m->eps, h + (size_t)b * H);
-        matmul(&m->lm_head, h, n, logits, buf);
+        matmul(&m->lm_head, h, n, logits, &scratch);
     }
     free(mem);
     return 0;

@@ -18,13 +18,28 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from parley.engines.builtin.linear import INT4_GROUP, DenseLinear, Int4Linear, Int8Linear, Linear
+from parley.engines.builtin.linear import (
+    INT4_GROUP,
+    DenseLinear,
+    Int4Linear,
+    Int8DynamicLinear,
+    Int8Linear,
+    Linear,
+)
 from parley.engines.builtin.native.build import NativeUnavailable, load
 
 if TYPE_CHECKING:
     from parley.engines.builtin.model import BatchLayout, KVCache, LlamaModel
 
+_KIND_FP32, _KIND_INT8, _KIND_INT4, _KIND_W8A8 = 0, 1, 2, 3  # decode.c's KIND_*
 _LANES = 32  # decode.c sums 2 x 16 floats at a time: input sizes must be multiples of it
+
+# Decode steps of more rows than this go to PyTorch, where its products are faster
+# (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 from 8 rows (oneDNN's
+# packed products, whose answers are fp32's too), w8a8 from 32 (oneDNN's integer products:
+# the same exact sums). int8 and int4 stay native at every batch: PyTorch's kernels round
+# their inputs to bf16, so switching by batch size would make answers depend on the batch.
+MAX_ROWS = {_KIND_FP32: 4, _KIND_W8A8: 16}
 
 
 class _Mat(ctypes.Structure):
@@ -36,6 +51,7 @@ class _Mat(ctypes.Structure):
         ("w", ctypes.c_void_p),
         ("scale", ctypes.c_void_p),
         ("min", ctypes.c_void_p),
+        ("wsum", ctypes.c_void_p),
     ]
 
 
@@ -69,9 +85,6 @@ class _Model(ctypes.Structure):
     ]
 
 
-_KIND_FP32, _KIND_INT8, _KIND_INT4 = 0, 1, 2
-
-
 @dataclass(slots=True)
 class _Held:
     """What a struct points into: kept alive as long as the decoder is."""
@@ -95,11 +108,16 @@ class NativeDecoder:
             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
         ]  # fmt: skip
         self.vocab = struct.vocab
+        self.max_rows = MAX_ROWS.get(struct.lm_head.kind, 1 << 30)
         self._caches: tuple[int, ctypes.Array] | None = None  # type: ignore[type-arg]
 
     @classmethod
     def for_model(
-        cls, model: LlamaModel, threads: int | None = None, cache_dir: Path | None = None
+        cls,
+        model: LlamaModel,
+        threads: int | None = None,
+        cache_dir: Path | None = None,
+        march: str = "native",
     ) -> NativeDecoder:
         """The decoder of ``model``'s tensors; NativeUnavailable when its precision, shapes or
         device are not the native step's, or the library cannot be built here."""
@@ -127,7 +145,7 @@ class NativeDecoder:
             held.ptr(model.embed.float()), held.ptr(model.norm.float()), held.ptr(rope),
             ctypes.cast(layers, ctypes.POINTER(_Layer)), _mat(model.lm_head, held),
         )  # fmt: skip
-        return cls(load(cache_dir), struct, held, layers)
+        return cls(load(cache_dir, march), struct, held, layers)
 
     def decode(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [n, vocab] float32 of a step whose n rows all decode (``layout.all_decode``),
@@ -173,19 +191,29 @@ def _mat(linear: Linear, held: _Held) -> _Mat:
             raise NativeUnavailable(f"the native decode step has no {weight.dtype} products")
         rows, cols = weight.shape
         _check_cols(cols, _LANES)
-        return _Mat(_KIND_FP32, rows, cols, 0, held.ptr(weight), None, None)
+        return _Mat(_KIND_FP32, rows, cols, 0, held.ptr(weight), None, None, None)
     if isinstance(linear, Int8Linear):
         rows, cols = linear.qweight.shape
         _check_cols(cols, _LANES)
         scale = linear.scale.to(torch.float32, copy=True)
-        return _Mat(_KIND_INT8, rows, cols, 0, held.ptr(linear.qweight), held.ptr(scale), None)
+        return _Mat(
+            _KIND_INT8, rows, cols, 0, held.ptr(linear.qweight), held.ptr(scale), None, None
+        )
     if isinstance(linear, Int4Linear):
         rows, half = linear.nibbles.shape
         _check_cols(half * 2, INT4_GROUP)
         scale, minimum = linear.native_scales()
         return _Mat(
             _KIND_INT4, rows, half * 2, 0,
-            held.ptr(linear.nibbles), held.ptr(scale), held.ptr(minimum),
+            held.ptr(linear.nibbles), held.ptr(scale), held.ptr(minimum), None,
+        )  # fmt: skip
+    if isinstance(linear, Int8DynamicLinear) and linear.qweight is not None:
+        q = linear.qweight
+        rows, cols = q.shape
+        wsum = q.sum(1, dtype=torch.int32)
+        return _Mat(
+            _KIND_W8A8, rows, cols, 0,
+            held.ptr(q), held.ptr(linear.scale), None, held.ptr(wsum),
         )  # fmt: skip
     raise NativeUnavailable(f"the native decode step has no product for {type(linear).__name__}")
 
