@@ -62,9 +62,12 @@ def prompt_ids(loaded: LoadedModel, text: str) -> list[int]:
     return loaded.tokenizer.encode(rendered)
 
 
-def engine(loaded: LoadedModel) -> EngineCore:
-    """The model as the engine runs it: its matrices packed for oneDNN."""
+def engine(loaded: LoadedModel, native: bool = False) -> EngineCore:
+    """The model as the engine runs it: its matrices packed for oneDNN (and, with ``native``,
+    decode steps of up to 4 rows in the native decode step)."""
     model = LlamaModel.from_hf(loaded.config, loaded.weights)
+    if native:
+        model.use_native()
     assert model.pack_weights() == 4 * loaded.config.num_layers + 1
     return EngineCore(model, num_blocks=512, block_size=16)
 
@@ -78,8 +81,9 @@ def greedy(core: EngineCore, prompts: list[list[int]]) -> list[list[int]]:
     return [s.output for s in seqs]
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["pytorch", "native"])
 def test_greedy_32_tokens_equal_transformers_batched_and_alone(
-    ours: LoadedModel, reference: Any
+    ours: LoadedModel, reference: Any, native: bool
 ) -> None:
     prompts = [prompt_ids(ours, p) for p in PROMPTS]
     expected = []
@@ -94,10 +98,11 @@ def test_greedy_32_tokens_equal_transformers_batched_and_alone(
                 eos_token_id=None,
             )
         expected.append([int(t) for t in out[0, len(ids) :]])
-    core = engine(ours)
+    core = engine(ours, native)
     assert greedy(core, prompts) == expected  # all five in one batch
     for ids, want in zip(prompts, expected, strict=True):
         assert greedy(core, [ids]) == [want]  # and each alone (prefix cache warm)
+        assert greedy(core, [ids, ids[:-1]])[0] == want  # and in a pair (native's rows too)
     assert "Paris" in ours.tokenizer.decode(expected[0])
 
 
