@@ -174,7 +174,7 @@ static inline __attribute__((always_inline)) void rows_at(const Mat *m, int kind
         }
     for (int i = 0; i < count; i++)
         for (int c = b; c < n; c += 4) {
-            float out[4];
+            float out[4] = {0};
             const float *xc = x + (size_t)c * cols;
             switch (n - c) {
                 case 1: dot_rows(m, kind, r + i, xc, 1, out); break;
