@@ -14,7 +14,9 @@
  * the batch (16-lane accumulator, fixed reduction): a sequence's tokens never depend on what
  * it was batched with. Input sizes must be multiples of 32 (int4's group).
  */
-#include <immintrin.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h> /* the AVX-512 / AVX2 paths; other CPUs take the plain C ones */
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
