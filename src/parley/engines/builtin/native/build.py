@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_DIR = Path("~/.cache/parley/native")
 FLAGS = (
     "-O3",
-    "-march=native",
     "-fopenmp",
     "-fPIC",
     "-shared",

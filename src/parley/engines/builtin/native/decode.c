@@ -1,7 +1,7 @@
 /* parley's native decode step: a whole forward pass of a Llama-family decoder for a batch of
  * decoding sequences (one new token each) over the paged KV cache, in one call.
  *
- * Built by native.py with the machine's C compiler (-O3 -march=native -fopenmp), loaded with
+ * Built by build.py with the machine's C compiler (-O3 -march=native -fopenmp), loaded with
  * ctypes, and handed raw pointers to the tensors the PyTorch model holds (no copy of the
  * weights but int4's own nibble layout, which the model keeps beside PyTorch's).
  *
@@ -11,7 +11,7 @@
  * and each product streams its weight rows once for the whole batch.
  *
  * Every output (row b, weight row o) is summed by the same code in the same order whatever
- * the batch (16-lane accumulator, fixed reduction): a sequence's tokens never depend on what
+ * the batch (two 16-lane accumulators, a fixed reduction): a sequence's tokens never depend on what
  * it was batched with. Input sizes must be multiples of 32 (int4's group).
  */
 #if defined(__x86_64__) || defined(__i386__)

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 _KIND_FP32, _KIND_INT8, _KIND_INT4, _KIND_W8A8 = 0, 1, 2, 3  # decode.c's KIND_*
 _LANES = 32  # decode.c sums 2 x 16 floats at a time: input sizes must be multiples of it
 
-# Decode steps of more rows than this go to PyTorch, where its products are faster
-# (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 from 8 rows (oneDNN's
-# packed products, whose answers are fp32's too), w8a8 from 32 (oneDNN's integer products:
+# Decode steps of more rows than this go to PyTorch, where its products are as fast or faster
+# (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 over 4 rows (oneDNN's
+# packed products, whose answers are fp32's too), w8a8 over 16 (oneDNN's integer products:
 # the same exact sums). int8 and int4 stay native at every batch: PyTorch's kernels round
 # their inputs to bf16, so switching by batch size would make answers depend on the batch.
 MAX_ROWS = {_KIND_FP32: 4, _KIND_W8A8: 16}
@@ -124,8 +124,6 @@ class NativeDecoder:
         cfg = model.config
         if model.device.type != "cpu":
             raise NativeUnavailable(f"the native decode step runs on a CPU, not {model.device}")
-        if cfg.hidden_size % _LANES or cfg.intermediate_size % _LANES:
-            raise NativeUnavailable("the native decode step needs sizes divisible by 32")
         held = _Held([])
         layers = (_Layer * cfg.num_layers)()
         for i, layer in enumerate(model.layers):
