@@ -100,6 +100,25 @@ def test_a_native_step_is_float32_on_the_weights_the_model_holds(precision: Prec
         assert float((a - b).abs().max() / b.abs().max()) < 1e-4
 
 
+@pytest.mark.parametrize("precision", NATIVE, ids=lambda p: p.value)
+def test_a_sequence_s_native_logits_are_the_same_bits_alone_and_batched(
+    precision: Precision,
+) -> None:
+    """Every output is summed in one order whatever the batch (fp32 rows are read in fours,
+    two inputs at a time; int8/int4 one row or a pair): a row beside 0 to 3 others gets the
+    very same logits, so batching never changes a sequence's answer."""
+    model = tiny_model(precision=precision, packed=True, native=True)
+    prompts = [[50], [7], [33], [90]]
+    _, batched = decode_logits(model, 6, prompts)
+    for i, prompt in enumerate(prompts):
+        _, alone = decode_logits(model, 6, [prompt])
+        for step, logits in enumerate(alone):
+            assert torch.equal(logits[0], batched[step][i]), (prompt, step)
+    _, pair = decode_logits(model, 6, prompts[1:3])
+    for step, logits in enumerate(pair):
+        assert torch.equal(logits, batched[step][1:3])
+
+
 def test_native_and_pytorch_steps_give_the_same_fp32_answers() -> None:
     prompts = PROMPTS[: MAX_ROWS[0]]  # fp32 steps of more rows go to PyTorch
     torch_tokens, torch_logits = decode_logits(tiny_model(packed=True), 16, prompts)

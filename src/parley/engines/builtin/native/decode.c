@@ -65,7 +65,8 @@ enum { KIND_FP32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_W8A8 = 3 };
 
 typedef struct {
     int32_t kind, rows, cols, pad;
-    const void *w;      /* fp32 [rows, cols] | int8 [rows, cols] | uint8 nibbles [rows, cols/2] */
+    const void *w;      /* fp32 [rows/4, cols/32, 4, 32] (rows in fours: FP32_GROUP) | int8 [rows, cols]
+                         * | uint8 nibbles [rows, cols/2] */
     const float *scale; /* int8, w8a8: [rows]; int4: [rows, cols/32] */
     const float *min;   /* int4: [rows, cols/32] (w = q * scale + min) */
     const int32_t *wsum; /* w8a8: [rows], each row's sum of q */
@@ -107,13 +108,10 @@ static inline float hsum(vf a) {
 /* Every sum below is the same arithmetic whatever the batch: one accumulator for the even
  * 16-column chunks, one for the odd, added, then summed lane by lane (hsum). */
 
-/* columns k .. k+31 of row r as floats (k a multiple of 32): fp32 as held, int8 as q (its row
- * scale is applied to the sum), int4 as q * scale + min of its group */
+/* columns k .. k+31 of row r as floats (k a multiple of 32): int8 as q (its row scale is
+ * applied to the sum), int4 as q * scale + min of its group */
 static inline __attribute__((always_inline)) void load_pair(const Mat *m, int kind, int r, int k, vf *w0, vf *w1) {
-    if (kind == KIND_FP32) {
-        const float *w = (const float *)m->w + (size_t)r * m->cols + k;
-        *w0 = *(const vf *)w, *w1 = *(const vf *)(w + 16);
-    } else if (kind == KIND_INT8) {
+    if (kind == KIND_INT8) {
         const int8_t *q = (const int8_t *)m->w + (size_t)r * m->cols + k;
         *w0 = from_i8(q), *w1 = from_i8(q + 16);
     } else {
@@ -201,7 +199,44 @@ static inline __attribute__((always_inline)) void rows_of(const Mat *m, int kind
 #pragma omp for schedule(static)
     for (int p = 0; p < (rows + 1) / 2; p++) rows_at(m, kind, 2 * p, 2 * p + 1 < rows ? 2 : 1, x, n, y);
 }
-static void rows_KIND_FP32(const Mat *m, const float *x, int n, float *y) { rows_of(m, KIND_FP32, x, n, y); }
+
+/* fp32 rows are held in fours, each 32-column chunk of the four together ([rows/4, cols/32,
+ * 4, 32], decoder.py): one stream through memory, and each input chunk loaded once for four
+ * rows. Loading the input beside every weight chunk, as a row at a time does, cost ~20 % over
+ * reading the weights alone (docs/ENGINE_PROFILE.md); this reads them at memory speed. The
+ * sums are the same as dot_rows': per output, even and odd 16-column chunks, then hsum. */
+#define FP32_GROUP 4
+static inline __attribute__((always_inline)) void dot_group(const float *g, const float *x, int cols, int count, float out[2][FP32_GROUP]) {
+    vf a[2][FP32_GROUP][2] = {{{{0}}}};
+    for (int k = 0; k < cols; k += 32) {
+        const float *w = g + (size_t)k * FP32_GROUP;
+        for (int j = 0; j < count; j++) {
+            vf x0 = *(const vf *)(x + (size_t)j * cols + k), x1 = *(const vf *)(x + (size_t)j * cols + k + 16);
+            for (int i = 0; i < FP32_GROUP; i++)
+                a[j][i][0] += *(const vf *)(w + 32 * i) * x0, a[j][i][1] += *(const vf *)(w + 32 * i + 16) * x1;
+        }
+    }
+    for (int j = 0; j < count; j++)
+        for (int i = 0; i < FP32_GROUP; i++) out[j][i] = hsum(a[j][i][0] + a[j][i][1]);
+}
+
+/* y[b, r] for every row and input: each group of four rows for two inputs at a time (the
+ * group, 4 x cols floats, is in L1 again for the next two) */
+static void rows_KIND_FP32(const Mat *m, const float *x, int n, float *y) {
+    int rows = m->rows, cols = m->cols, groups = (rows + FP32_GROUP - 1) / FP32_GROUP;
+#pragma omp for schedule(static)
+    for (int gi = 0; gi < groups; gi++) {
+        const float *g = (const float *)m->w + (size_t)gi * FP32_GROUP * cols;
+        int r0 = gi * FP32_GROUP, live = rows - r0 < FP32_GROUP ? rows - r0 : FP32_GROUP;
+        for (int b = 0; b < n; b += 2) {
+            float out[2][FP32_GROUP];
+            if (b + 1 < n) dot_group(g, x + (size_t)b * cols, cols, 2, out);
+            else dot_group(g, x + (size_t)b * cols, cols, 1, out);
+            for (int j = 0; j < 2 && b + j < n; j++)
+                for (int i = 0; i < live; i++) y[(size_t)(b + j) * rows + r0 + i] = out[j][i];
+        }
+    }
+}
 static void rows_KIND_INT8(const Mat *m, const float *x, int n, float *y) { rows_of(m, KIND_INT8, x, n, y); }
 static void rows_KIND_INT4(const Mat *m, const float *x, int n, float *y) { rows_of(m, KIND_INT4, x, n, y); }
 

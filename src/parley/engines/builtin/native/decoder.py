@@ -1,9 +1,10 @@
 """The native decode step bound to one model: its tensors as C structs, one call a step.
 
-``NativeDecoder.for_model`` reads the model's matrices as they are before packing (fp32
-rows, int8 rows and their scales, int4 nibbles and their scales), keeps references to them
-(so packing for oneDNN, which replaces a dense matrix by its blocked copy, leaves the plain
-one to this decoder), and lays out the ``Model`` struct of decode.c. ``decode`` runs a step of
+``NativeDecoder.for_model`` reads the model's matrices as they are before packing (int8 rows
+and their scales, int4 nibbles and their scales; fp32 matrices copied with their rows in fours,
+``_in_groups``, as decode.c streams them), keeps references to them (so packing for oneDNN,
+which replaces a dense matrix by its blocked copy, leaves this decoder its own), and lays out
+the ``Model`` struct of decode.c. ``decode`` runs a step of
 decoding rows: the logits, and every row's K/V written to the cache, in one foreign call
 (ctypes lets go of the GIL for it).
 """
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 _KIND_FP32, _KIND_INT8, _KIND_INT4, _KIND_W8A8 = 0, 1, 2, 3  # decode.c's KIND_*
 _LANES = 32  # decode.c sums 2 x 16 floats at a time: input sizes must be multiples of it
+_FP32_GROUP = 4  # decode.c's FP32_GROUP: fp32 rows are held in fours (_in_groups)
 
 # Decode steps of more rows than this go to PyTorch, where its products are as fast or faster
 # (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 over 4 rows (oneDNN's
@@ -189,7 +191,7 @@ def _mat(linear: Linear, held: _Held) -> _Mat:
             raise NativeUnavailable(f"the native decode step has no {weight.dtype} products")
         rows, cols = weight.shape
         _check_cols(cols, _LANES)
-        return _Mat(_KIND_FP32, rows, cols, 0, held.ptr(weight), None, None, None)
+        return _Mat(_KIND_FP32, rows, cols, 0, held.ptr(_in_groups(weight)), None, None, None)
     if isinstance(linear, Int8Linear):
         rows, cols = linear.qweight.shape
         _check_cols(cols, _LANES)
@@ -214,6 +216,17 @@ def _mat(linear: Linear, held: _Held) -> _Mat:
             held.ptr(q), held.ptr(linear.scale), None, held.ptr(wsum),
         )  # fmt: skip
     raise NativeUnavailable(f"the native decode step has no product for {type(linear).__name__}")
+
+
+def _in_groups(weight: Tensor) -> Tensor:
+    """An fp32 matrix as decode.c reads it: its rows in fours (the last four padded with
+    zeros), each 32-column chunk of the four rows together: ``[rows/4, cols/32, 4, 32]``."""
+    rows, cols = weight.shape
+    pad = -rows % _FP32_GROUP
+    if pad:
+        weight = torch.cat([weight, weight.new_zeros(pad, cols)])
+    grouped = weight.view(-1, _FP32_GROUP, cols // _LANES, _LANES).transpose(1, 2)
+    return grouped.contiguous()
 
 
 def _check_cols(cols: int, multiple: int) -> None:
