@@ -247,11 +247,17 @@ class LlamaModel:
         """From Hugging Face LlamaForCausalLM-named float weights."""
         return cls(cfg, build_weights(cfg, weights, precision), precision, device)
 
+    def runs_natively(self, rows: int, all_decode: bool) -> bool:
+        """Whether a step of ``rows`` rows goes to the native decode step: every row decodes,
+        and there are no more than the native step's ``max_rows`` (it reads the layout's block
+        tables, positions and slots, not its mask or rotations)."""
+        return self.native is not None and all_decode and rows <= self.native.max_rows
+
     @torch.inference_mode()
     def __call__(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [S, vocab] (float32) for ``layout.logit_rows``; every input's K/V is cached."""
         native = self.native
-        if native is not None and layout.all_decode and input_ids.shape[0] <= native.max_rows:
+        if native is not None and self.runs_natively(input_ids.shape[0], layout.all_decode):
             logits = native.decode(input_ids, layout, kv_cache)
             same_rows = logits.shape[0] == layout.logit_rows.shape[0]
             return logits if same_rows else logits[layout.logit_rows]

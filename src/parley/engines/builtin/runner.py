@@ -97,25 +97,32 @@ class ModelRunner:
         dev, long = self.device, torch.long
         width = max((len(t) for t in decode_tables), default=0)
         padded = [t + [0] * (width - len(t)) for t in decode_tables]
-        lens = torch.tensor(decode_lens, dtype=long, device=dev)
-        padding = torch.arange(width * self.block_size, device=dev)[None, :] >= lens[:, None]
-        # additive, as SDPA would make a boolean mask on every call of every layer
-        mask = torch.zeros(padding.shape, dtype=self.dtype, device=dev).masked_fill_(
-            padding, float("-inf")
-        )
         pos = torch.tensor(positions, dtype=long, device=dev)
+        if self.model.runs_natively(len(ids), not prefills):  # no mask, no rotations
+            mask, rotation = torch.empty(0, 1, 1, 0, dtype=self.dtype), torch.empty(0)
+        else:
+            mask, rotation = self._mask(decode_lens, width), self.rotary.at(pos)
         layout = BatchLayout(
             slot_mapping=torch.tensor(slots, dtype=long, device=dev),
             positions=pos,
-            rotation=self.rotary.at(pos),
+            rotation=rotation,
             decode_rows=torch.tensor(decode_rows, dtype=long, device=dev),
             decode_blocks=torch.tensor(padded, dtype=long, device=dev).view(len(padded), width),
-            decode_mask=mask[:, None, None, :],
+            decode_mask=mask,
             prefills=prefills,
             logit_rows=torch.tensor(logit_rows, dtype=long, device=dev),
             all_decode=not prefills,
         )
         return layout, torch.tensor(ids, dtype=long, device=dev)
+
+    def _mask(self, decode_lens: list[int], width: int) -> Tensor:
+        """[B, 1, 1, width * block_size]: 0 where a decoding row's position is real, else -inf
+        (additive, as SDPA would make a boolean mask on every call of every layer)."""
+        dev = self.device
+        lens = torch.tensor(decode_lens, dtype=torch.long, device=dev)
+        padding = torch.arange(width * self.block_size, device=dev)[None, :] >= lens[:, None]
+        mask = torch.zeros(padding.shape, dtype=self.dtype, device=dev)
+        return mask.masked_fill_(padding, float("-inf"))[:, None, None, :]
 
 
 def _tokens(seq: Sequence, start: int, end: int) -> list[int]:
