@@ -202,14 +202,16 @@ def test_the_setting_takes_auto_on_off_and_nothing_else() -> None:
         BuiltinEngineSettings(native_decode="fast")
 
 
-@pytest.mark.parametrize(("precision", "native_steps"), [(Precision.FP32, 0), (Precision.INT8, 15)])
+@pytest.mark.parametrize(("precision", "native_steps"), [(Precision.FP32, 0), (Precision.INT8, 16)])
 def test_steps_of_more_rows_than_the_precision_s_max_go_to_pytorch(
     precision: Precision, native_steps: int
 ) -> None:
-    """fp32 decodes 5 rows in PyTorch (oneDNN is faster there); int8 stays native at any batch
-    (PyTorch's int8 rounds inputs to bf16: the answer would depend on the batch)."""
+    """fp32 decodes more than MAX_ROWS (8) rows in PyTorch (oneDNN is faster there); int8
+    stays native at any batch (PyTorch's int8 rounds inputs to bf16: the answer would depend
+    on the batch)."""
     model = counting(tiny_model(precision=precision, packed=True, native=True))
-    decode_logits(model, 16)  # 5 prompts: 1 prefill step, 15 decode steps of 5 rows
+    prompts = [[n] for n in range(40, 40 + MAX_ROWS[0] + 1)]  # one more than fp32's max
+    decode_logits(model, 16, prompts)  # 1 step of the one-token prompts, then 15 decode steps
     assert calls(model) == native_steps
 
 

@@ -37,11 +37,12 @@ _LANES = 32  # decode.c sums 2 x 16 floats at a time: input sizes must be multip
 _FP32_GROUP = 4  # decode.c's FP32_GROUP: fp32 rows are held in fours (_in_groups)
 
 # Decode steps of more rows than this go to PyTorch, where its products are as fast or faster
-# (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 over 4 rows (oneDNN's
-# packed products, whose answers are fp32's too), w8a8 over 16 (oneDNN's integer products:
+# (bench/engine_profile.py --native both, docs/ENGINE_PROFILE.md): fp32 over 8 rows (oneDNN's
+# packed products, whose answers are fp32's too; at 8 rows the native step's fours of rows
+# took 37-44 ms against oneDNN's 45-49, at 16 a tie), w8a8 over 16 (oneDNN's integer products:
 # the same exact sums). int8 and int4 stay native at every batch: PyTorch's kernels round
 # their inputs to bf16, so switching by batch size would make answers depend on the batch.
-MAX_ROWS = {_KIND_FP32: 4, _KIND_W8A8: 16}
+MAX_ROWS = {_KIND_FP32: 8, _KIND_W8A8: 16}
 
 
 class _Mat(ctypes.Structure):
