@@ -39,8 +39,9 @@ from parley.engines.builtin.threads import on_fresh_thread
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# sums `sizes[i]` bytes at `ptrs[i]`, 64 at a time, the chunks split statically over the
-# threads as the native step splits its rows (one OpenMP region, a barrier a matrix)
+# sums `sizes[i]` bytes at `ptrs[i]`, 128 at a time into two vector accumulators, the chunks
+# split statically over the threads as the native step splits its rows (one OpenMP region, a
+# barrier a matrix)
 SUM_BYTES = r"""
 #include <stdint.h>
 #include <stddef.h>
@@ -48,19 +49,19 @@ typedef uint64_t v8 __attribute__((vector_size(64)));
 uint64_t sum_bytes(int count, const unsigned char *const *ptrs, const int64_t *sizes, int threads) {
     uint64_t total = 0;
 #pragma omp parallel num_threads(threads) reduction(+:total)
-    for (int m = 0; m < count; m++) {
-        const unsigned char *p = ptrs[m];
-        int64_t chunks = sizes[m] / 64;
+    {
+        v8 a = {0}, b = {0};
+        for (int m = 0; m < count; m++) {
+            const unsigned char *p = ptrs[m];
 #pragma omp for schedule(static)
-        for (int64_t c = 0; c < chunks; c += 4) {
-            v8 a = {0};
-            for (int64_t i = c; i < c + 4 && i < chunks; i++) {
-                v8 v;
-                __builtin_memcpy(&v, p + i * 64, 64);
-                a += v;
+            for (int64_t c = 0; c < sizes[m] / 128; c++) {
+                v8 x, y;
+                __builtin_memcpy(&x, p + c * 128, 64);
+                __builtin_memcpy(&y, p + c * 128 + 64, 64);
+                a += x, b += y;
             }
-            for (int l = 0; l < 8; l++) total += a[l];
         }
+        for (int l = 0; l < 8; l++) total += a[l] + b[l];
     }
     return total;
 }
