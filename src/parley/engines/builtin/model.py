@@ -235,6 +235,8 @@ class LlamaModel:
         for i, layer in enumerate(self.layers):
             layer.attn_norm = own(f"layers.{i}.attn_norm", layer.attn_norm)
             layer.mlp_norm = own(f"layers.{i}.mlp_norm", layer.mlp_norm)
+        if self.native is not None:  # it read them too: now these, not the first mapping's
+            self.native.rebind_vectors(self)
 
     @classmethod
     def from_hf(

@@ -113,6 +113,7 @@ class NativeDecoder:
         self.vocab = struct.vocab
         self.max_rows = MAX_ROWS.get(struct.lm_head.kind, 1 << 30)
         self._caches: tuple[int, ctypes.Array] | None = None  # type: ignore[type-arg]
+        self._vectors = _Held([])  # the embedding and norms: rebind_vectors
 
     @classmethod
     def for_model(
@@ -135,18 +136,30 @@ class NativeDecoder:
                 _mat(layer.attn.o_proj, held),
                 _mat(layer.mlp.gate_up, held),
                 _mat(layer.mlp.down, held),
-                held.ptr(layer.attn_norm.float()),
-                held.ptr(layer.mlp_norm.float()),
             )
         rope = torch.view_as_real(_rotations(model)).contiguous()
         struct = _Model(
             cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
             cfg.head_dim, cfg.vocab_size, cfg.num_layers, 0,
             threads or torch.get_num_threads(), 0, cfg.rms_norm_eps, 0.0,
-            held.ptr(model.embed.float()), held.ptr(model.norm.float()), held.ptr(rope),
+            None, None, held.ptr(rope),
             ctypes.cast(layers, ctypes.POINTER(_Layer)), _mat(model.lm_head, held),
         )  # fmt: skip
-        return cls(load(cache_dir, march), struct, held, layers)
+        decoder = cls(load(cache_dir, march), struct, held, layers)
+        decoder.rebind_vectors(model)
+        return decoder
+
+    def rebind_vectors(self, model: LlamaModel) -> None:
+        """Read the embedding and the norms from ``model``'s tensors as they are now. Called
+        again by ``LlamaModel.pack_weights`` once it has let go of the weights file's first
+        mapping, which a pointer kept here would hold resident (its pages all read)."""
+        vectors = _Held([])
+        self._model.embed = vectors.ptr(model.embed.float())
+        self._model.norm = vectors.ptr(model.norm.float())
+        for i, layer in enumerate(model.layers):
+            self._layers[i].attn_norm = vectors.ptr(layer.attn_norm.float())
+            self._layers[i].mlp_norm = vectors.ptr(layer.mlp_norm.float())
+        self._vectors = vectors
 
     def decode(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor:
         """Logits [n, vocab] float32 of a step whose n rows all decode (``layout.all_decode``),
