@@ -134,7 +134,7 @@ async def test_a_stream_cut_by_a_redis_outage_ends_with_an_error_and_resumes(
         client.stream("GET", f"/api/runs/{run_id}/events", headers=auth) as r,
     ):
         replay = [e async for e in events(r)]
-    assert replay[-1].event == "done" and replay[-1].data["status"] == "failed"
+    assert replay[-1].event == "done" and replay[-1].data["status"] == "failed", replay
     assert text_of(replay) == answer["content"]
 
 
