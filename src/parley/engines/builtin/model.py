@@ -204,8 +204,8 @@ class LlamaModel:
     ) -> None:
         """Run all-decode steps (up to ``native.max_rows`` rows) with the native decode step
         (native/), built for this CPU (or ``march``); NativeUnavailable when it cannot be had.
-        Call before ``pack_weights``: the native step reads the plain matrices, which it then
-        keeps."""
+        Call before ``pack_weights``: the native step reads the plain matrices (keeping the
+        quantized ones, copying fp32's in fours)."""
         self.native = NativeDecoder.for_model(self, threads, cache_dir, march)
 
     def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:

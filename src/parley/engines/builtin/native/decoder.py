@@ -4,9 +4,8 @@
 and their scales, int4 nibbles and their scales; fp32 matrices copied with their rows in fours,
 ``_in_groups``, as decode.c streams them), keeps references to them (so packing for oneDNN,
 which replaces a dense matrix by its blocked copy, leaves this decoder its own), and lays out
-the ``Model`` struct of decode.c. ``decode`` runs a step of
-decoding rows: the logits, and every row's K/V written to the cache, in one foreign call
-(ctypes lets go of the GIL for it).
+the ``Model`` struct of decode.c. ``decode`` runs a step of decoding rows: the logits, and
+every row's K/V written to the cache, in one foreign call (ctypes lets go of the GIL for it).
 """
 
 from __future__ import annotations
