@@ -2,8 +2,9 @@
  * decoding sequences (one new token each) over the paged KV cache, in one call.
  *
  * Built by build.py with the machine's C compiler (-O3 -march=native -fopenmp), loaded with
- * ctypes, and handed raw pointers to the tensors the PyTorch model holds (no copy of the
- * weights but int4's own nibble layout, which the model keeps beside PyTorch's).
+ * ctypes, and handed raw pointers to the tensors the PyTorch model holds (int8, w8a8, int4's
+ * own nibble layout, which the model keeps beside PyTorch's), and to fp32's matrices copied
+ * with their rows in fours (FP32_GROUP below).
  *
  * Why: at one to a few sequences a step is a chain of matrix-vector products; eager PyTorch
  * spends ~4,000 op calls a forward on it and oneDNN's packed products do not stream the
@@ -124,7 +125,8 @@ static inline __attribute__((always_inline)) void load_pair(const Mat *m, int ki
 
 /* out[j] = row r of m . x[j] for `count` (1 to 4, a constant where it is inlined) inputs
  * `cols` apart: the row read and converted once for all of them, streamed one row at a time
- * (rows side by side stream slower: docs/ENGINE_PROFILE.md) */
+ * (int8/int4: their rows side by side, from separate streams, were slower here; fp32 reads its
+ * rows in fours from one stream: rows_KIND_FP32) */
 static inline __attribute__((always_inline)) void dot_rows(const Mat *m, int kind, int r, const float *x, int count, float *out) {
     vf a[4][2] = {{{0}}};
     int cols = m->cols;
@@ -186,8 +188,8 @@ static inline __attribute__((always_inline)) void rows_at(const Mat *m, int kind
         }
 }
 
-/* one kind's product, inside the parallel region: rows split among the threads, in pairs
- * from PAIR_FROM inputs up (under it one row at a time streams the weights best) */
+/* int8's or int4's product, inside the parallel region: rows split among the threads, in
+ * pairs from PAIR_FROM inputs up (under it one row at a time streams their weights best) */
 #define PAIR_FROM 8
 static inline __attribute__((always_inline)) void rows_of(const Mat *m, int kind, const float *x, int n, float *y) {
     int rows = m->rows;
