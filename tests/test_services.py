@@ -77,7 +77,7 @@ async def test_the_api_shape_builds_everything_but_an_engine(
             assert getattr(svc, part) is not None, part
         assert svc.models, "the api process knows the models it may queue runs for"
         await svc.start()  # the sweeper and exports' upkeep: there is no worker to start
-        assert [t.get_name() for t in svc._tasks] == ["sweeper", "exports"]
+        assert list(svc.supervisor.watched) == ["sweeper", "exports"]
     finally:
         await svc.close(grace=0)
 

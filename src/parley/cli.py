@@ -194,10 +194,26 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     )
     tracing.configure(settings, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API)
     _freeze_startup_objects()
+    server = uvicorn.Server(config)
+    watcher = asyncio.create_task(_stop_when_fatal(services, server))
     try:
-        await uvicorn.Server(config).serve()
+        await server.serve()
     finally:
+        watcher.cancel()
         tracing.shutdown()  # export the spans still pending
+    return _exit_code(services)
+
+
+async def _stop_when_fatal(services: Services, server: Any) -> None:
+    """Stop the HTTP server once the process cannot go on (``parley.supervision``)."""
+    await services.supervisor.fatal.wait()
+    server.should_exit = True
+
+
+def _exit_code(services: Services) -> int:
+    """0, or 1 with the reason when the process stopped because it could not go on."""
+    if services.supervisor.fatal.is_set():
+        return _fail(f"stopped: {services.supervisor.reason}")
     return 0
 
 
@@ -261,13 +277,17 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     assert services.worker is not None
     metrics = _worker_metrics(services, settings)
     log.info("parley worker %s taking runs", services.worker.worker_id)
-    await stop.wait()
+    fatal = asyncio.create_task(services.supervisor.fatal.wait())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({fatal, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    fatal.cancel()
+    stopped.cancel()
     log.info("parley worker stopping: finishing runs in progress")
     await services.close(grace=settings.lease_seconds)
     if metrics is not None:
         await metrics.stop()
     tracing.shutdown()  # export the spans still pending
-    return 0
+    return _exit_code(services)
 
 
 def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | None:

@@ -44,6 +44,7 @@ from parley.engines.settings import (
 )
 from parley.errors import ConfigurationError
 from parley.logs import LogFormat
+from parley.parsing.settings import ParsingSettings
 from parley.safety.settings import SafetySettings, check_tiers
 from parley.settings_file import TomlFileSource
 from parley.store.urls import Role, is_postgres, normalize_database_url
@@ -215,6 +216,7 @@ class Settings(BaseSettings):
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     portability: PortabilitySettings = Field(default_factory=PortabilitySettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)  # issue 21
+    parsing: ParsingSettings = Field(default_factory=ParsingSettings)  # untrusted files
     default_max_tokens: int = Field(default=512, gt=0)
     worker_concurrency: int | None = Field(
         default=None, gt=0, description="Runs one worker executes at once; default: engine slots."

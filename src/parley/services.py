@@ -8,8 +8,6 @@ the HTTP layer nor an engine (engines are built on demand, for processes with a 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -30,6 +28,7 @@ from parley.engines.interface import Engine
 from parley.engines.registry import build_engine, configured_models, engine_slots
 from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
+from parley.parsing.pool import ParsePool
 from parley.portability.exports import Exports
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
@@ -45,6 +44,7 @@ from parley.safety.moderator import Moderator
 from parley.store.database import Database
 from parley.store.pages import Cursors
 from parley.store.routing import Reads
+from parley.supervision import Supervisor
 
 if TYPE_CHECKING:
     from parley.engines.builtin.tokenizer import TextTokenizer
@@ -71,25 +71,30 @@ class Services:
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    parsing: ParsePool = field(init=False)  # set by connect
     moderator: Moderator = field(init=False)  # set by connect
     exports: Exports = field(init=False)  # set by connect
 
     async def start(self) -> None:
-        """Start the background work: the sweeper, and the worker when this process has one."""
+        """Start the background work, each task kept alive by the supervisor: the sweeper,
+        and the worker when this process has one (its engine watched too)."""
         await self.submitter.costs.prepare()  # the models' tokenizers, to count prompts
         await self.check_blobs()
-        self._tasks.append(asyncio.create_task(self.sweeper.run_forever(), name="sweeper"))
-        self._tasks.append(asyncio.create_task(self.exports.maintain_forever(), name="exports"))
+        keep = self.supervisor.keep
+        keep("sweeper", self.sweeper.run_forever)
+        keep("exports", self.exports.maintain_forever)
         if self.engine is not None:
             await self.engine.start()
-            sampler = self.metrics.sample_forever(self.engine, self.settings.metrics_sample_seconds)
-            self._tasks.append(asyncio.create_task(sampler, name="metrics"))
+            engine = self.engine
+            interval = self.settings.metrics_sample_seconds
+            keep("metrics", lambda: self.metrics.sample_forever(engine, interval))
+            self.supervisor.watch_engine(engine)
         if self.worker is not None:
-            self._tasks.append(asyncio.create_task(self.worker.run_forever(), name="worker"))
+            keep("worker", self.worker.run_forever)
             if self.settings.archive.periodic:
-                archiving = archive_forever(self.archiver, self.settings.archive)
-                self._tasks.append(asyncio.create_task(archiving, name="archive"))
+                archiver, archive = self.archiver, self.settings.archive
+                keep("archive", lambda: archive_forever(archiver, archive))
 
     async def check_blobs(self) -> None:
         """Bad blob store settings (credentials, bucket) stop the process at start-up."""
@@ -103,13 +108,10 @@ class Services:
     async def close(self, grace: float = 5.0) -> None:
         if self.worker is not None:
             await self.worker.stop(grace)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self.supervisor.close()
         await self.exports.close()
+        await self.parsing.close()
+        self.accounts.close()
         if self.summaries is not None:
             await self.summaries.close()
         await self.context.close()
@@ -218,6 +220,7 @@ def connect(services: Services) -> None:
     services.submitter.restore_with(services.archiver)
     secret = settings.secret_key.get_secret_value()
     services.exports = Exports(services.db, services.archiver, settings.portability, secret)
+    services.parsing = ParsePool(settings.parsing)
 
 
 async def checked_services(settings: Settings, *, worker: bool) -> Services:

@@ -11,10 +11,10 @@ from parley.store.database import Database
 
 
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    assert (await client.get("/healthz")).json() == {"status": "ok", "reason": None}
     assert (await client.get("/readyz")).json() == {
         "status": "ready",
-        "checks": {"store": "ok", "bus": "ok"},
+        "checks": {"store": "ok", "bus": "ok", "tasks": "ok"},
     }
 
 

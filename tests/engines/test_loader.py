@@ -201,11 +201,13 @@ def test_stream_decoder_holds_back_partial_characters(tokenizer: TextTokenizer) 
     assert decoder.flush() == ""
 
 
-def test_stream_decoder_flushes_a_dangling_fragment(tokenizer: TextTokenizer) -> None:
-    ids = tokenizer.encode("🍕")
+def test_stream_decoder_drops_a_dangling_fragment_at_the_end(tokenizer: TextTokenizer) -> None:
+    """An answer cut inside a character (max_tokens) ends before it, never in U+FFFD."""
+    ids = tokenizer.encode("ok 🍕")
     decoder = StreamDecoder(tokenizer)
-    assert decoder.feed(ids[0]) == ""
-    assert decoder.flush() == tokenizer.decode(ids[:1]) == "\ufffd"
+    pieces = [decoder.feed(i) for i in ids[:-1]]
+    assert tokenizer.decode(ids[:-1]).endswith("\ufffd")
+    assert "".join(pieces) + decoder.flush() == "ok "
 
 
 def test_stream_decoder_lets_really_invalid_bytes_through(tokenizer: TextTokenizer) -> None:

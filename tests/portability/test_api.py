@@ -157,8 +157,14 @@ async def test_a_chatgpt_export_imports_the_branch_that_was_shown(
     with zipfile.ZipFile(packed, "w") as zf:
         for i, conversation in enumerate(conversations):
             zf.writestr(f"export/conversations-{i:03}.json", json.dumps([conversation]))
-    r = await run_client.post("/api/imports", content=packed.getvalue(), headers=auth)
+    bob = await user_headers(run_client, "bob@example.com")
+    r = await run_client.post("/api/imports", content=packed.getvalue(), headers=bob)
     assert r.status_code == 201 and r.json()["chats"] == len(_titles(chats)), r.text
+    # ada's again: the same conversations, imported before, are skipped
+    r = await run_client.post("/api/imports", content=packed.getvalue(), headers=auth)
+    assert r.status_code == 201, r.text
+    assert (r.json()["chats"], r.json()["skipped"]) == (0, len(chats))
+    assert set(r.json()["skipped_chat_ids"]) == {c["id"] for c in chats}
 
 
 def _titles(chats: list[dict[str, Any]]) -> list[str]:

@@ -208,14 +208,29 @@ async def test_an_imported_chat_goes_on(db: Database) -> None:
     assert [m.content for m in doc.chats[1].messages][2:] == ["Again?", "Again."]
 
 
-async def test_the_same_import_twice_makes_new_chats_each_time(db: Database) -> None:
+async def test_the_same_import_twice_adds_nothing_the_second_time(db: Database) -> None:
     ada = await a_user(db, "ada@example.com")
     batch = read_import("c.json", FIXTURE.read_bytes())
     async with db.transaction() as s:
         first = await import_chats(s, user_id=ada, batch=batch)
+    async with db.transaction() as s:
         second = await import_chats(s, user_id=ada, batch=batch)
-    assert not set(first.chat_ids) & set(second.chat_ids)
-    assert len((await exported(db, ada)).chats) == 4
+    assert (second.chats, second.messages) == (0, 0)
+    assert second.skipped_chat_ids == first.chat_ids
+    assert len((await exported(db, ada)).chats) == 2
+    bob = await a_user(db, "bob@example.com")  # another user's import is their own
+    async with db.transaction() as s:
+        assert (await import_chats(s, user_id=bob, batch=batch)).chats == 2
+
+
+async def test_one_s_own_export_imported_back_adds_nothing(db: Database) -> None:
+    ada = await a_user(db, "ada@example.com")
+    made = await a_chat(db, ada, "Tides", T0, (USER, "hi"), (ASSISTANT, "hello"))
+    batch = read_import("parley-export.json", await exported_json(db, ada))
+    async with db.transaction() as s:
+        result = await import_chats(s, user_id=ada, batch=batch)
+    assert (result.chats, result.skipped_chat_ids) == (0, (made,))
+    assert len((await exported(db, ada)).chats) == 1
 
 
 async def test_export_reads_page_by_page_oldest_first_the_user_s_own(db: Database) -> None:

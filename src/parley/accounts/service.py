@@ -61,6 +61,10 @@ class Accounts:
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
         self._cache = CredentialCache(settings.auth_cache_seconds)
 
+    def close(self) -> None:
+        """Let go of the password hashing threads."""
+        self._passwords.close()
+
     async def signup(self, email: str, password: str, client: str | None = None) -> Login:
         check_password(password, email=email)  # refusals cost no sign-up attempt
         await self._throttles.before_signup(client)

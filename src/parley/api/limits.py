@@ -14,7 +14,13 @@ from parley.errors import PayloadTooLarge
 class BodyLimit:
     """Answers 413 for bodies over ``max_bytes`` (or a route's own limit in ``larger``:
     imports take files; or in ``matching``, by a pattern of paths with ids in them:
-    attachments), declared or streamed (chunked)."""
+    attachments), declared or streamed (chunked).
+
+    A body of the usual limit is read here, whole, before the route runs. A body of a route
+    with a limit of its own is not: it is declared (``Content-Length`` over the limit: 413
+    at once) and passed on unread, counted as the route reads it (past the limit, reading
+    raises ``PayloadTooLarge``), so that the route authenticates the caller before it reads
+    a byte (``uploads.py``)."""
 
     def __init__(
         self,
@@ -29,19 +35,28 @@ class BodyLimit:
         self.matching = matching or []
 
     def limit(self, path: str) -> int:
+        return self._limit(path)[0]
+
+    def _limit(self, path: str) -> tuple[int, bool]:
+        """The path's limit, and whether its route reads the body itself (streamed)."""
         for pattern, limit in self.matching:
             if pattern.fullmatch(path):
-                return limit
-        return self.larger.get(path, self.max_bytes)
+                return limit, True
+        if path in self.larger:
+            return self.larger[path], True
+        return self.max_bytes, False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limit(scope["path"])
+        limit, streamed = self._limit(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await self._reject(send, limit)
+            return
+        if streamed:
+            await self.app(scope, _counted(receive, limit), send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -85,6 +100,22 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _counted(receive: Receive, limit: int) -> Receive:
+    """``receive``, raising ``PayloadTooLarge`` once the body read passes ``limit``."""
+    size = 0
+
+    async def counted() -> Message:
+        nonlocal size
+        message = await receive()
+        if message["type"] == "http.request":
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
+        return message
+
+    return counted
 
 
 def _replay(messages: list[Message]) -> Receive:

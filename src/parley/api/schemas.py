@@ -291,7 +291,8 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "failing"] = "ok"
+    reason: str | None = None  # why the process cannot go on (``failing``)
 
 
 class Readiness(BaseModel):
@@ -332,6 +333,10 @@ class ImportOut(BaseModel):
     chats: int
     messages: int
     chat_ids: list[str]
+    skipped: int = Field(0, description="chats of the file imported before: not added again")
+    skipped_chat_ids: list[str] = Field(
+        default_factory=list, description="the chats that already hold the skipped ones"
+    )
 
 
 class AccountDelete(Strict):

@@ -82,6 +82,10 @@ class PdfWithoutText(InvalidRequest):
     code = "pdf_without_text"
 
 
+class TooManyPages(PayloadTooLarge):
+    code = "too_many_pages"
+
+
 @dataclass(frozen=True, slots=True)
 class Extracted:
     name: str
@@ -97,13 +101,13 @@ def file_name(raw: str) -> str:
 
 def extract(data: bytes, name: str, limits: AttachmentSettings) -> Extracted:
     """The file's kind and text, or the error that says why it cannot be attached. CPU
-    bound (a PDF is parsed): call it in a thread."""
+    bound and untrusted (a PDF is parsed): run it in the parsing pool (``parley.parsing``)."""
     if not data:
         raise EmptyFile("the file is empty", param="body")
     if len(data) > limits.max_bytes:
         raise FileTooLarge(f"a file may be at most {limits.max_bytes} bytes", param="body")
     if data.startswith(PDF_MAGIC):
-        media_type, text = PDF, pdf_text(data)
+        media_type, text = PDF, pdf_text(data, max_pages=limits.max_pdf_pages)
     else:
         media_type, text = _text_kind(name), plain_text(data)
     if len(text) > limits.max_chars:
@@ -131,13 +135,19 @@ def plain_text(data: bytes) -> str:
     return text
 
 
-def pdf_text(data: bytes) -> str:
-    """The text of a PDF's pages, or why there is none to read."""
+def pdf_text(data: bytes, *, max_pages: int) -> str:
+    """The text of a PDF's pages, or why there is none to read (more than ``max_pages``
+    pages: refused before any page is read)."""
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _opens_without_password(reader):
             raise EncryptedPdf(
                 "the PDF is encrypted (password protected): attach an unprotected copy",
+                param="body",
+            )
+        if len(reader.pages) > max_pages:
+            raise TooManyPages(
+                f"the PDF has {len(reader.pages)} pages; at most {max_pages} are read",
                 param="body",
             )
         pages = [page.extract_text() or "" for page in reader.pages]

@@ -16,6 +16,7 @@ from parley.attachments.settings import AttachmentSettings
 from parley.blobs.interface import BlobStore
 from parley.domain import new_id, utcnow
 from parley.errors import Conflict
+from parley.parsing.pool import ParsePool
 from parley.store import attachments, chats
 from parley.store.attachments import ID_PREFIX, AttachmentSent
 from parley.store.database import Database
@@ -38,19 +39,27 @@ def chat_prefix(user_id: str, chat_id: str) -> str:
 
 
 class Attachments:
-    def __init__(self, db: Database, blobs: BlobStore, settings: AttachmentSettings) -> None:
+    def __init__(
+        self, db: Database, blobs: BlobStore, settings: AttachmentSettings, parsing: ParsePool
+    ) -> None:
         self._db = db
         self._blobs = blobs
         self._settings = settings
+        self._parsing = parsing
+
+    async def admit(self, user_id: str, chat_id: str) -> None:
+        """Whether a file may be attached to the chat: another user's chat is a 404, a
+        chat with ``max_files`` waiting a 409 (checked before the file is read)."""
+        async with self._db.transaction() as s:
+            await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
+            await self._check_room(s, user_id, chat_id)
 
     async def upload(self, user_id: str, chat_id: str, filename: str, data: bytes) -> Attachment:
         """The file attached to the chat's next message, or the error that says why not
-        (and nothing stored)."""
-        async with self._db.transaction() as s:  # another user's chat: 404 before anything
-            await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
-            await self._check_room(s, user_id, chat_id)
+        (and nothing stored). Its text is read in the parsing pool (``parley.parsing``)."""
+        await self.admit(user_id, chat_id)
         name = file_name(filename)
-        found = await anyio.to_thread.run_sync(extract, data, name, self._settings)
+        found = await self._parsing.run(user_id, extract, data, name, self._settings)
         attachment = _row(user_id, chat_id, found, len(data))
         await self._blobs.put(attachment.blob_key, data)
         try:

@@ -15,6 +15,9 @@ class AttachmentSettings(BaseModel):
     max_chars: int = Field(
         default=400_000, ge=1, description="a file whose text is longer than this is refused (413)"
     )
+    max_pdf_pages: int = Field(
+        default=500, ge=1, description="a PDF with more pages is refused (413) before reading"
+    )
     max_files: int = Field(
         default=10, ge=1, description="files waiting to be sent with a chat's next message"
     )

@@ -81,5 +81,11 @@ class PortabilitySettings(BaseModel):
         default=3600, gt=0, description="an export pending this long is failed (its process died)"
     )
     max_import_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_import_unpacked_bytes: int = Field(
+        default=256 * 1024 * 1024, gt=0, description="an import's zip members, uncompressed"
+    )
+    max_import_message_chars: int = Field(
+        default=200_000, gt=0, description="an imported message longer than this: 413"
+    )
     max_import_chats: int = Field(default=10_000, gt=0)
     max_import_messages: int = Field(default=500_000, gt=0)

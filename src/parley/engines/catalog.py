@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from parley.engines.interface import ChatMessage, Delta, Engine, EngineError, GenerationRequest
+from parley.engines.interface import (
+    ChatMessage,
+    Delta,
+    Engine,
+    EngineError,
+    EngineState,
+    GenerationRequest,
+)
 
 
 class UnknownModel(EngineError):
@@ -44,6 +51,15 @@ class Catalog:
         engine = self._owners.get(request_id)
         if engine is not None:
             await engine.abort(request_id)
+
+    def state(self) -> EngineState:
+        """The worst of its engines': one model that cannot be served makes the process
+        not ready (and a failed one makes it exit)."""
+        states = [e.state() for e in self.engines.values()]
+        for worst in (EngineState.FAILED, EngineState.RESTARTING):
+            if worst in states:
+                return worst
+        return EngineState.READY
 
     async def close(self) -> None:
         await asyncio.gather(*(e.close() for e in self.engines.values()))

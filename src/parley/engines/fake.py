@@ -24,6 +24,7 @@ from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
     Delta,
+    EngineState,
     FinishReason,
     GenerationRequest,
 )
@@ -144,6 +145,9 @@ class FakeEngine:
         event = self._active.get(request_id)
         if event is not None:
             event.set()
+
+    def state(self) -> EngineState:
+        return EngineState.READY
 
     async def close(self) -> None:
         for event in self._active.values():

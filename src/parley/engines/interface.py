@@ -16,6 +16,16 @@ from enum import StrEnum
 from typing import Protocol
 
 
+class EngineState(StrEnum):
+    """Whether an engine can serve: ``ready``; ``restarting`` after a failure of its own
+    (requests wait, or fail with ``engine_unavailable``); ``failed`` for good (the process
+    that holds it should exit, for its supervisor to start a new one)."""
+
+    READY = "ready"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+
+
 class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
@@ -81,6 +91,19 @@ class UpstreamBroken(EngineError):
     code = "upstream_failed"
 
 
+class EngineFailed(EngineError):
+    """The engine itself failed while the request was in it (the request was not at fault);
+    the engine restarts, and the request's output so far stands."""
+
+    code = "engine_failed"
+
+
+class EngineRefusedRequest(EngineError):
+    """The engine cannot take the request's parameters (a value out of its range)."""
+
+    code = "invalid_engine_request"
+
+
 class ContextLengthExceeded(EngineError):
     """The prompt does not fit in what the engine can hold."""
 
@@ -99,5 +122,8 @@ class Engine(Protocol):
 
     async def abort(self, request_id: str) -> None:
         """Stop a request now and free its slot; a no-op for unknown ids."""
+
+    def state(self) -> EngineState:
+        """Whether the engine can serve now (readiness, and the process's supervision)."""
 
     async def close(self) -> None: ...

@@ -41,6 +41,7 @@ from parley.engines.interface import (
     Delta,
     Engine,
     EngineError,
+    EngineState,
     EngineUnavailable,
     FinishReason,
     GenerationRequest,
@@ -172,6 +173,11 @@ class Router:
         replica = self._owners.get(request_id)
         if replica is not None:
             await replica.engine.abort(request_id)
+
+    def state(self) -> EngineState:
+        """Always ready: the replicas' health is the router's own (a replica down leaves
+        the ring, a request finding none gets ``engine_unavailable``), not the process's."""
+        return EngineState.READY
 
     async def close(self) -> None:
         if self._prober is not None:

@@ -37,6 +37,7 @@ from parley.engines.interface import (
     ContextLengthExceeded,
     Delta,
     EngineError,
+    EngineState,
     EngineUnavailable,
     FinishReason,
     GenerationRequest,
@@ -153,6 +154,9 @@ class UpstreamEngine:
         except httpx.HTTPError:
             return False
         return response.is_success
+
+    def state(self) -> EngineState:
+        return EngineState.READY  # the router judges a server's health by its probes
 
     async def close(self) -> None:
         for state in self._requests.values():

@@ -66,7 +66,8 @@ class ChatCompletionRequest(_Lenient):
     max_completion_tokens: Annotated[Integer, Field(gt=0)] | None = None
     temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
     top_p: Annotated[Number, Field(gt=0, le=1)] | None = None
-    seed: Integer | None = None
+    # torch seeds a generator from any value in [-2**63, 2**64); parley honours int64
+    seed: Annotated[Integer, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     stop: str | list[str] | None = None
     stream: Flag = False
     stream_options: StreamOptions | None = None

@@ -115,7 +115,7 @@ class Exports:
 
     def _valid(self, export_id: str, token: str) -> bool:
         expires_text, _, signature = token.partition(".")
-        if not expires_text.isdigit() or len(expires_text) > 12:
+        if not (expires_text.isascii() and expires_text.isdigit()) or len(expires_text) > 12:
             return False
         expires = int(expires_text)
         good = hmac.compare_digest(signature.encode(), self._sign(export_id, expires).encode())

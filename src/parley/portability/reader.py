@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -54,7 +54,8 @@ _BOM = b"\xef\xbb\xbf"
 class ImportLimits:
     max_chats: int = 10_000
     max_messages: int = 500_000
-    max_unpacked_bytes: int = 1 << 30  # all a zip's members read, uncompressed
+    max_unpacked_bytes: int = 256 << 20  # all a zip's members read, uncompressed
+    max_message_chars: int = 200_000
 
 
 DEFAULT_LIMITS = ImportLimits()
@@ -110,12 +111,22 @@ class _Reading:
                 if chat.source_id in self.seen:
                     continue
                 self.seen.add(chat.source_id)
+            self._check_messages(where, chat)
             self.chats.append(chat)
             self.messages += len(chat.messages)
         if len(self.chats) > self.limits.max_chats:
             raise too_large(f"more than {self.limits.max_chats} chats in one import")
         if self.messages > self.limits.max_messages:
             raise too_large(f"more than {self.limits.max_messages} messages in one import")
+
+    def _check_messages(self, where: str, chat: ImportedChat) -> None:
+        most = self.limits.max_message_chars
+        for message in chat.messages:
+            if len(message.content) > most:
+                raise too_large(
+                    f"{where}: chat {quoted(chat.title)} holds a message of "
+                    f"{len(message.content)} characters; at most {most} are imported"
+                )
 
 
 def _chats_of(where: str, value: object) -> tuple[ImportSource, list[ImportedChat]]:
@@ -155,11 +166,31 @@ def parley_document(where: str, value: Mapping[str, Any]) -> ExportDocument:
         raise invalid(where, "; ".join(problems) + more) from None
 
 
+def read_import_file(path: str, name: str, limits: ImportLimits) -> ImportBatch:
+    """An import streamed to a file (``path``), read as ``read_import`` reads its bytes;
+    a zip is read from the file, member by member, never whole into memory. Run in the
+    parsing pool (``parley.parsing``): untrusted, and CPU and memory bound."""
+    with open(path, "rb") as file:
+        if zipfile.is_zipfile(file):
+            where = quoted(name)
+            file.seek(0)
+            documents = [(w, parse_json(w, d)) for w, d in _unzipped(where, file, limits)]
+        else:
+            file.seek(0)
+            documents = _documents(name, file.read(), limits)
+    reading = _Reading(limits)
+    for where, value in documents:
+        reading.add(where, value)
+    if reading.source is None:
+        raise unsupported("nothing to import")
+    return ImportBatch(source=reading.source, chats=tuple(reading.chats))
+
+
 def _documents(name: str, data: bytes, limits: ImportLimits) -> list[tuple[str, object]]:
     """The JSON documents of one upload: itself, or the ones its zip holds."""
     where = quoted(name)
     if zipfile.is_zipfile(io.BytesIO(data)):
-        return [(w, parse_json(w, d)) for w, d in _unzipped(where, data, limits)]
+        return [(w, parse_json(w, d)) for w, d in _unzipped(where, io.BytesIO(data), limits)]
     if data.startswith(b"PK\x03\x04"):
         raise invalid(where, "a zip that cannot be read (cut short?)")
     return [(where, parse_json(where, data))]
@@ -173,21 +204,44 @@ def parse_json(where: str, data: bytes) -> object:
     if head not in (b"[", b"{"):
         raise unsupported(where)
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_int=_json_int, parse_constant=_not_json)
     except UnicodeDecodeError as e:
         raise invalid(where, f"not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
         at = f"line {e.lineno} column {e.colno}"
         raise invalid(where, f"malformed JSON at {at}: {e.msg}") from None
+    except _NumberRefused as e:
+        raise invalid(where, str(e)) from None
     except RecursionError:
         raise invalid(where, "JSON nested too deeply") from None
 
 
-def _unzipped(where: str, data: bytes, limits: ImportLimits) -> list[tuple[str, bytes]]:
+# no number of an export has more digits than this (ids are strings, times seconds)
+MAX_INT_DIGITS = 40
+
+
+class _NumberRefused(ValueError):
+    pass
+
+
+def _json_int(text: str) -> int:
+    """A JSON integer, refused past ``MAX_INT_DIGITS`` digits (Python refuses past 4,300,
+    and nothing in an export is that long: such a number is an attack on the reader)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _NumberRefused(f"a number of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _not_json(name: str) -> float:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's reader takes them, JSON has none."""
+    raise _NumberRefused(f"{name} is not a JSON value")
+
+
+def _unzipped(where: str, data: IO[bytes], limits: ImportLimits) -> list[tuple[str, bytes]]:
     """The members of the zip an import reads (parley's document, ChatGPT's conversation
     files in order), each read within what is left of ``max_unpacked_bytes``."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with zipfile.ZipFile(data) as archive:
             members = _wanted(archive.infolist())
             if not members:
                 raise unsupported(f"{where} (a zip without {EXPORT_FILE_NAME} or conversations)")

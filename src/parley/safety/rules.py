@@ -2,8 +2,10 @@
 
 Each stage's categories are compiled once into one alternation (a named group per category),
 so a check is one regular-expression search whatever the number of categories. A prompt is
-checked whole, after normalisation (NFKC, format characters such as zero-width spaces
-removed: the usual ways to slip a word past a pattern). An answer is scanned as it streams
+checked whole, and an answer piece by piece, on the same folded text (``normalize.py``: NFKC,
+format characters such as zero-width spaces removed, letters confusable with ASCII as the
+ASCII they look like: the usual ways to slip a word past a pattern); what users see is the
+text as written. An answer is scanned as it streams
 (``OutputScan``): each new piece is searched from where a match could still begin, and a
 partial match at the end (``regex``'s ``partial=True``: "the text so far could be the start
 of a match") holds back only the text from where it starts, until the next piece decides
@@ -13,12 +15,12 @@ costs a search over the new text and what is held back, not over the whole answe
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable
 
 import regex
 
 from parley.safety.interface import ALLOWED, Sample, Stage, Verdict
+from parley.safety.normalize import fold, fold_mapped
 from parley.safety.settings import RuleCategory, RulesSettings
 
 PROMPT_INJECTION = "prompt_injection"
@@ -96,7 +98,7 @@ class RuleSet:
         return self.check_now(sample)
 
     def check_now(self, sample: Sample) -> Verdict:
-        text = normalize(sample.text) if sample.stage is Stage.INPUT else sample.text
+        text = fold(sample.text)
         for category, pattern in self._whole[sample.stage]:
             if pattern.search(text):
                 return Verdict(True, category, self._reasons[category])
@@ -104,7 +106,7 @@ class RuleSet:
 
     def categories_of(self, text: str) -> list[str]:
         """Every category (of any stage) ``text`` matches: the ``/v1/moderations`` answer."""
-        text = normalize(text)
+        text = fold(text)
         return [category for category, pattern in self._any if pattern.search(text)]
 
     def scan(self) -> OutputScan | None:
@@ -125,24 +127,20 @@ def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[s
     return [(n, c.patterns) for n, c in categories.items() if stage in c.stages]
 
 
-def normalize(text: str) -> str:
-    """NFKC, without format characters (zero-width spaces and joiners, bidi controls)."""
-    if text.isascii():  # (NFKC leaves ASCII as it is, and it has no format characters)
-        return text
-    folded = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
-
-
 class OutputScan:
     """The rule set over one answer as it streams: ``feed`` each piece, release up to what
-    it answers. Keeps only the text a match could still start in (and a little before it)."""
+    it answers. Keeps only the text a match could still start in (and a little before it).
+    It searches the folded answer (``normalize.fold_mapped``) and answers in characters of
+    the answer as written."""
 
     def __init__(self, compiled: _Compiled) -> None:
         assert compiled.pattern is not None
         self._pattern = compiled.pattern
         self._compiled = compiled
-        self._tail = ""  # the text from self._offset on
-        self._offset = 0
+        self._tail = ""  # the folded text from self._offset on
+        self._origin: list[int] = []  # of each folded character of the tail, its position
+        self._offset = 0  # in the folded answer
+        self._fed = 0  # characters of the answer as written
         self._hold = 0  # where a match could still begin: nothing before it can be blocked
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
@@ -150,7 +148,10 @@ class OutputScan:
         how far (in characters of the whole answer) the text may be released. ``final``:
         nothing follows, so what could still grow into a match (or out of one: a match
         that reaches the end, whose ``\\b`` the next piece may undo) is decided now."""
-        self._tail += text
+        folded, origin = fold_mapped(text, self._fed)
+        self._fed += len(text)
+        self._tail += folded
+        self._origin += origin
         start = self._hold - self._offset
         end = len(self._tail)
         # one search in the usual case: the leftmost match, complete or (not final) partial
@@ -162,8 +163,15 @@ class OutputScan:
         elif first is not None and (final or first.end() < end):
             return self._compiled.verdict(first)
         self._hold = self._offset + (end if first is None else first.start())
+        released = self._released()
         keep = self._hold - self._offset - _CONTEXT_CHARS
         if keep > 0:
             self._tail = self._tail[keep:]
+            del self._origin[:keep]
             self._offset += keep
-        return self._hold
+        return released
+
+    def _released(self) -> int:
+        """The answer as written, up to where a match could still begin."""
+        held = self._hold - self._offset
+        return self._fed if held >= len(self._tail) else self._origin[held]

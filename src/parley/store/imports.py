@@ -16,8 +16,10 @@ parley, and the export document keeps those runs' metadata for whoever wants it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import new_id
@@ -30,24 +32,81 @@ from parley.store.schema import Chat, Message
 class ImportResult:
     chat_ids: tuple[str, ...]  # the new chats, in the order of the import
     messages: int
+    # chats of the file that were imported before (or are the user's own, exported): the
+    # chats that hold them, in the order of the import
+    skipped_chat_ids: tuple[str, ...] = ()
 
     @property
     def chats(self) -> int:
         return len(self.chat_ids)
 
 
+# keys looked up per query (a query's parameters stay far below every backend's limit)
+_KEYS_PER_QUERY = 500
+
+
 async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> ImportResult:
-    """The batch's chats as the user's, in the caller's transaction (all or nothing)."""
+    """The batch's chats as the user's, in the caller's transaction (all or nothing); a
+    chat imported before (same source and id, or the user's own chat from their export)
+    is skipped, and so is one found twice in the batch."""
+    keys = [import_key(batch.source, chat) for chat in batch.chats]
+    held = await _held(s, user_id, batch, keys)
     chat_ids: list[str] = []
+    skipped: list[str] = []
     messages = 0
-    for imported in batch.chats:
-        chat_ids.append(_add_chat(s, user_id, imported))
+    for imported, key in zip(batch.chats, keys, strict=True):
+        if key in held:
+            skipped.append(held[key])
+            continue
+        chat_id = held[key] = _add_chat(s, user_id, imported, key)
+        chat_ids.append(chat_id)
         messages += len(imported.messages)
         await s.flush()  # chat by chat: a large import never holds every row unflushed
-    return ImportResult(chat_ids=tuple(chat_ids), messages=messages)
+    return ImportResult(
+        chat_ids=tuple(chat_ids), messages=messages, skipped_chat_ids=tuple(skipped)
+    )
 
 
-def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
+def import_key(source: str, chat: ImportedChat) -> str:
+    """``<source>:<the chat's id there>``, or a hash of its content when it has none."""
+    if chat.source_id:
+        return f"{source}:{chat.source_id}"[:300]
+    content = hashlib.sha256()
+    for part in (chat.title, chat.created_at.isoformat()):
+        content.update(part.encode() + b"\0")
+    for m in chat.messages:
+        content.update(f"{m.role}\0{m.created_at.isoformat()}\0{m.content}\0".encode())
+    return f"{source}:sha256:{content.hexdigest()}"
+
+
+async def _held(
+    s: AsyncSession, user_id: str, batch: ImportBatch, keys: list[str]
+) -> dict[str, str]:
+    """Of ``keys``, those the user's chats already hold: key → chat id. A parley export's
+    chat is held too by the chat whose id it is (the user's own, exported and sent back)."""
+    held: dict[str, str] = {}
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        chunk = keys[i : i + _KEYS_PER_QUERY]
+        rows = await s.execute(
+            select(Chat.import_key, Chat.id).where(
+                Chat.user_id == user_id, Chat.import_key.in_(chunk)
+            )
+        )
+        held.update({key: chat_id for key, chat_id in rows if key is not None})
+    if batch.source == "parley":
+        own = {c.source_id: k for c, k in zip(batch.chats, keys, strict=True) if c.source_id}
+        ids = list(own)
+        for i in range(0, len(ids), _KEYS_PER_QUERY):
+            found = await s.scalars(
+                select(Chat.id).where(
+                    Chat.user_id == user_id, Chat.id.in_(ids[i : i + _KEYS_PER_QUERY])
+                )
+            )
+            held.update({own[chat_id]: chat_id for chat_id in found})
+    return held
+
+
+def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat, key: str) -> str:
     chat_id = new_id("chat")
     times = [m.created_at for m in imported.messages]
     ids = [new_message_id() for _ in imported.messages]
@@ -64,6 +123,7 @@ def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat) -> str:
             updated_at=imported.updated_at,
             last_activity_at=max(times, default=imported.created_at),
             active_leaf_id=leaf,
+            import_key=key,
         )
     )
     s.add_all(

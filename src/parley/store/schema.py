@@ -120,7 +120,10 @@ class ApiKey(Base):
 
 class Chat(Base):
     __tablename__ = "chats"
-    __table_args__ = (Index("ix_chats_user_activity", "user_id", "last_activity_at", "id"),)
+    __table_args__ = (
+        Index("ix_chats_user_activity", "user_id", "last_activity_at", "id"),
+        Index("ix_chats_user_import_key", "user_id", "import_key"),
+    )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
@@ -142,6 +145,8 @@ class Chat(Base):
     archive_bytes: Mapped[int | None] = mapped_column(Integer)
     # the newest message of the branch shown (messages form a tree: ``parent_id``)
     active_leaf_id: Mapped[str | None] = mapped_column(ID)
+    # an imported chat: ``<source>:<its id there>`` (re-importing the file skips it)
+    import_key: Mapped[str | None] = mapped_column(String(300))
 
 
 class Message(Base):

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request, status
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, errors
 from parley.api.schemas import AttachmentList, AttachmentOut, Deleted, MessageOut
+from parley.api.uploads import while_connected
 from parley.attachments.service import Attachments
 from parley.services import Services
 from parley.store import attachments
@@ -24,7 +25,7 @@ UPLOAD_PATH = re.compile(r"/api/chats/[^/]+/attachments")
 
 
 def attachments_of(svc: Services) -> Attachments:
-    return Attachments(svc.db, svc.archiver.blobs, svc.settings.attachments)
+    return Attachments(svc.db, svc.archiver.blobs, svc.settings.attachments, svc.parsing)
 
 
 def upload_limit(svc: Services) -> tuple[re.Pattern[str], int]:
@@ -35,7 +36,7 @@ def upload_limit(svc: Services) -> tuple[re.Pattern[str], int]:
     "/chats/{chat_id}/attachments",
     status_code=status.HTTP_201_CREATED,
     response_model=AttachmentOut,
-    responses=errors(400, *AUTHED, 404, 409, 413, 415, 422),
+    responses=errors(400, *AUTHED, 404, 409, 413, 415, 422, 429, 503),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -54,10 +55,15 @@ async def upload(
     name in ``filename``. Text (UTF-8), Markdown, source code and PDF, told by content:
     415 ``unsupported_file_type`` for anything else (whatever its name), 415
     ``encrypted_pdf``, 400 ``empty_file`` / ``pdf_without_text`` / ``unreadable_pdf``, 413
-    over ``attachments.max_bytes`` or ``max_chars``, 409 ``too_many_files``. A refused file
-    leaves nothing stored. Send it with ``attachment_ids`` on the next message."""
+    over ``attachments.max_bytes``, ``max_chars`` or ``max_pdf_pages`` (``too_many_pages``),
+    422 ``file_too_costly`` past the parsing limits (``[parsing]``: CPU time, memory, time),
+    429 ``too_many_parses`` while ``parsing.per_user`` of the user's files are being read,
+    409 ``too_many_files``. A refused file leaves nothing stored. The body is read only once
+    the caller and the chat are known. Send it with ``attachment_ids`` on the next message."""
+    files = attachments_of(svc)
+    await files.admit(who.user_id, chat_id)  # another user's chat: 404 before any byte
     data = await request.body()
-    made = await attachments_of(svc).upload(who.user_id, chat_id, filename, data)
+    made = await while_connected(request, files.upload(who.user_id, chat_id, filename, data))
     return _out(made)
 
 

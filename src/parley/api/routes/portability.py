@@ -12,8 +12,10 @@ from parley.api.deps import ClientAddressDep, PrincipalDep, ServicesDep, Session
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.auth import clear_cookies
 from parley.api.schemas import AccountDelete, Deleted, ExportList, ExportOut, ImportOut
+from parley.api.uploads import spooled, while_connected
+from parley.blobs.settings import PortabilitySettings
 from parley.domain import ExportStatus
-from parley.portability.reader import ImportLimits, read_import
+from parley.portability.reader import ImportLimits, read_import_file
 from parley.services import Services
 from parley.store.imports import import_chats
 from parley.store.schema import Export
@@ -67,7 +69,7 @@ async def download_export(
     "/imports",
     status_code=status.HTTP_201_CREATED,
     response_model=ImportOut,
-    responses=errors(*AUTHED, *BODY),
+    responses=errors(*AUTHED, *BODY, 429, 503),
 )
 async def import_file(
     request: Request,
@@ -78,15 +80,19 @@ async def import_file(
     """Import chats from a file sent as the request body: parley's export (its zip or its
     ``parley-export.json``), or ChatGPT's (its zip, ``conversations.json`` or one of the
     ``conversations-NNN.json`` files a newer export is split into: send each). Read by
-    content, not by name; all of the file's chats or none."""
-    limits = svc.settings.portability
-    batch = read_import(
-        filename,
-        await request.body(),
-        limits=ImportLimits(
-            max_chats=limits.max_import_chats, max_messages=limits.max_import_messages
-        ),
-    )
+    content, not by name; all of the file's chats or none. A chat imported before (the same
+    file again, or the user's own chat from their export) is skipped: ``skipped`` and
+    ``skipped_chat_ids`` (the chats that hold them) say which.
+
+    Limits (``[portability]``): the body ``max_import_bytes`` (413), a zip's members
+    ``max_import_unpacked_bytes`` uncompressed, ``max_import_chats``, ``max_import_messages``
+    and ``max_import_message_chars`` a message (422 ``import_too_large``); reading it runs
+    in the parsing pool (``[parsing]``: 422 ``file_too_costly`` past its CPU, memory or time
+    limit, 429 ``too_many_parses``). The body is read only once the caller is known."""
+    limits = import_limits(svc.settings.portability)
+    async with spooled(request) as path:
+        reading = svc.parsing.run(who.user_id, read_import_file, path, filename, limits)
+        batch = await while_connected(request, reading)
     async with svc.db.transaction() as s:
         result = await import_chats(s, user_id=who.user_id, batch=batch)
     return ImportOut(
@@ -94,6 +100,17 @@ async def import_file(
         chats=result.chats,
         messages=result.messages,
         chat_ids=list(result.chat_ids),
+        skipped=len(result.skipped_chat_ids),
+        skipped_chat_ids=list(result.skipped_chat_ids),
+    )
+
+
+def import_limits(settings: PortabilitySettings) -> ImportLimits:
+    return ImportLimits(
+        max_chats=settings.max_import_chats,
+        max_messages=settings.max_import_messages,
+        max_unpacked_bytes=settings.max_import_unpacked_bytes,
+        max_message_chars=settings.max_import_message_chars,
     )
 
 

@@ -16,16 +16,18 @@ from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.runner import ModelRunner
 from parley.engines.builtin.scheduler import Scheduler
 from parley.engines.builtin.sequence import Sequence
-from parley.engines.interface import FinishReason
+from parley.engines.interface import EngineError, FinishReason
 
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
-    """A sequence produced ``token`` (None when it ended without one, e.g. aborted)."""
+    """A sequence produced ``token`` (None when it ended without one, e.g. aborted); an
+    ``error`` ends it with that error instead of a finish."""
 
     seq: Sequence
     token: int | None
     finish: FinishReason | None
+    error: EngineError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,9 @@ class EngineCore:
     ) -> None:
         self.model = model
         self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.max_batch_tokens = max_batch_tokens
+        self.max_running = max_running
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(
             self.blocks, max_batch_tokens=max_batch_tokens, max_running=max_running
@@ -57,6 +62,17 @@ class EngineCore:
         self.runner = ModelRunner(model, self.blocks, num_blocks)
         self.eos = set(eos_token_ids)
         self.last_step: StepStats | None = None
+
+    def reset(self) -> None:
+        """Forget every sequence: fresh block tables, scheduler and generators (after a
+        failure left them in an unknown state). The model and the KV cache's memory stay;
+        what the cache held is unreachable without the old block tables."""
+        self.blocks = BlockManager(self.num_blocks, self.block_size)
+        self.scheduler = Scheduler(
+            self.blocks, max_batch_tokens=self.max_batch_tokens, max_running=self.max_running
+        )
+        self.runner.reset(self.blocks)
+        self.last_step = None
 
     def add(self, seq: Sequence) -> None:
         self.runner.add(seq)

@@ -31,6 +31,8 @@ from parley.engines.interface import (
     ContextLengthExceeded,
     Delta,
     EngineError,
+    EngineFailed,
+    EngineState,
     GenerationRequest,
 )
 
@@ -114,8 +116,17 @@ class BuiltinEngine:
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return len(self.prompt_ids(messages))
 
+    def state(self) -> EngineState:
+        """The engine thread's: ``restarting`` while it recovers from a failure, ``failed``
+        when it could not (or its thread is gone)."""
+        if self._started and not self._loop_thread.alive:
+            return EngineState.FAILED
+        return self._loop_thread.state
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_started()
+        if self.state() is EngineState.FAILED:
+            raise EngineFailed("the engine failed and could not restart")
         temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
         prompt = await self._prompt(request.messages)
         seq = Sequence(

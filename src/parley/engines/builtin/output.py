@@ -12,7 +12,8 @@ token ids (``TokenEvent``s) from its thread, and this, on the event loop, turns 
 - a request's first ``Delta`` carries its prompt's token count and how many of them the
   prefix cache held;
 - a sequence the engine ended at once for being longer than its whole KV cache gets a
-  ``ContextLengthExceeded`` instead.
+  ``ContextLengthExceeded`` instead, and one the engine ended with an error (it refused the
+  request, or failed itself) that error.
 
 Events of requests not added (or already finished, or removed) are ignored.
 """
@@ -102,6 +103,9 @@ class OutputProcessor:
         self, request: _Request, event: TokenEvent, processed: ProcessedOutputs
     ) -> Delta | EngineError:
         seq = request.seq
+        if event.error is not None:
+            request.finished = True
+            return event.error
         if event.token is None and event.finish is FinishReason.LENGTH and not seq.output:
             request.finished = True  # the scheduler found the prompt can never fit
             return ContextLengthExceeded(

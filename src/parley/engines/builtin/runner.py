@@ -51,6 +51,11 @@ class ModelRunner:
         if seq.params.seed is not None:
             self.generators[seq.seq_id] = torch.Generator().manual_seed(seq.params.seed)
 
+    def reset(self, blocks: BlockManager) -> None:
+        """New block tables (``EngineCore.reset``); no sequence's generator is kept."""
+        self.blocks = blocks
+        self.generators.clear()
+
     def forget(self, seq: Sequence) -> None:
         self.generators.pop(seq.seq_id, None)
 

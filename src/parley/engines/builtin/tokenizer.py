@@ -160,9 +160,11 @@ class StreamDecoder:
     Text is never emitted while it ends in an incomplete UTF-8 sequence (decoded as U+FFFD):
     it is held back until a later token completes it (or, for output that is really invalid,
     until ``MAX_HELD_TOKENS`` tokens have piled up). Everything ``feed`` returned plus
-    ``flush()`` equals ``tokenizer.decode(all_ids, skip_special_tokens=...)``. Each step decodes
-    only the ids since the last emitted character boundary (plus the previous piece, so that
-    decoders that strip a leading space see the same context as a full decode).
+    ``flush()`` equals ``tokenizer.decode(all_ids, skip_special_tokens=...)``, less an
+    incomplete character at the end (an answer cut inside one never ends in U+FFFD). Each
+    step decodes only the ids since the last emitted character boundary (plus the previous
+    piece, so that decoders that strip a leading space see the same context as a full
+    decode).
     """
 
     def __init__(self, tokenizer: TextTokenizer, *, skip_special_tokens: bool = True) -> None:
@@ -178,8 +180,9 @@ class StreamDecoder:
         return self._emit(final=False)
 
     def flush(self) -> str:
-        """Whatever is still held back (a dangling partial character decodes as U+FFFD)."""
-        return self._emit(final=True)
+        """Whatever is still held back, less a dangling partial character at the very end
+        (the answer was cut inside one: its bytes are dropped, never sent as U+FFFD)."""
+        return self._emit(final=True).rstrip(REPLACEMENT_CHAR)
 
     def _emit(self, *, final: bool) -> str:
         prefix_text = self._decode(self._ids[self._prefix : self._read])
