@@ -45,6 +45,16 @@ async def spooled(request: Request) -> AsyncIterator[str]:
             os.unlink(path)
 
 
+@contextlib.asynccontextmanager
+async def spooled_aside(path: str) -> AsyncIterator[str]:
+    """``path`` for a file the work writes beside the body's, deleted afterwards."""
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 async def while_connected(request: Request, work: Awaitable[T]) -> T:
     """``work``'s result, unless the client disconnects first: then ``work`` is cancelled.
     Call it once the body has been read (it listens for the disconnect on ``receive``)."""

@@ -8,14 +8,16 @@ from __future__ import annotations
 import logging
 
 import anyio
+from pydantic import TypeAdapter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.archive.archiver import user_prefix
-from parley.attachments.extract import Extracted, extract, file_name
+from parley.attachments.extract import Extracted, file_name
 from parley.attachments.settings import AttachmentSettings
 from parley.blobs.interface import BlobStore
 from parley.domain import new_id, utcnow
 from parley.errors import Conflict
+from parley.parsing.jobs import attachment_text
 from parley.parsing.pool import ParsePool
 from parley.store import attachments, chats
 from parley.store.attachments import ID_PREFIX, AttachmentSent
@@ -23,6 +25,9 @@ from parley.store.database import Database
 from parley.store.schema import Attachment
 
 log = logging.getLogger(__name__)
+
+
+_EXTRACTED: TypeAdapter[Extracted] = TypeAdapter(Extracted)
 
 
 class TooManyFiles(Conflict):
@@ -59,7 +64,8 @@ class Attachments:
         (and nothing stored). Its text is read in the parsing pool (``parley.parsing``)."""
         await self.admit(user_id, chat_id)
         name = file_name(filename)
-        found = await self._parsing.run(user_id, extract, data, name, self._settings)
+        reply = await self._parsing.run(user_id, attachment_text, data, name, self._settings)
+        found = _EXTRACTED.validate_python(reply)
         attachment = _row(user_id, chat_id, found, len(data))
         await self._blobs.put(attachment.blob_key, data)
         try:

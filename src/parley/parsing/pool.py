@@ -17,13 +17,16 @@ Admission is bounded before any work: one user has at most ``per_user`` jobs in 
 (429 ``too_many_parses``), and at most ``queue`` jobs wait for a free process (503
 ``parser_busy``). A job's refusal (a ``ParleyError`` raised in the child: unreadable,
 encrypted, too many pages…) comes back as the same status, code, message and param. The
-result comes back pickled, read and unpickled on a thread of the pool's own.
+job is sent pickled (the server is trusted); its result comes back as JSON of at most
+``MAX_REPLY_BYTES`` (the process read an untrusted file: it is never trusted to send
+objects), read on a thread of the pool's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import multiprocessing
@@ -33,7 +36,6 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar, cast
@@ -47,6 +49,7 @@ T = TypeVar("T")
 
 # modules the fork server imports once, so that a fresh worker starts with them loaded
 PRELOAD = ["parley.parsing.jobs"]
+MAX_REPLY_BYTES = 64 << 20
 
 
 class TooManyParses(RateLimited):
@@ -70,25 +73,6 @@ class JobRefused(ParleyError):
         self.type = kind
 
 
-@dataclass(frozen=True, slots=True)
-class _Ok:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    status: int
-    kind: str
-    code: str
-    message: str
-    param: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _OutOfMemory:
-    pass
-
-
 def _child(conn: Connection, memory_bytes: int, nice: int) -> None:
     """A worker process: run jobs one at a time, each under a fresh CPU-time limit."""
     os.nice(nice)
@@ -104,16 +88,16 @@ def _child(conn: Connection, memory_bytes: int, nice: int) -> None:
         spent = math.ceil(used.ru_utime + used.ru_stime)
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, hard))
-        conn.send(_outcome(fn, args))
+        conn.send_bytes(json.dumps(_outcome(fn, args)).encode())
 
 
-def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Ok | _Refused | _OutOfMemory:
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any]:
     try:
-        return _Ok(fn(*args))
+        return {"ok": fn(*args)}
     except MemoryError:
-        return _OutOfMemory()
+        return {"memory": True}
     except ParleyError as e:
-        return _Refused(e.status_code, e.type, e.code, e.message, e.param)
+        return {"refused": [e.status_code, e.type, e.code, e.message, e.param]}
 
 
 def _address_space() -> int:
@@ -122,6 +106,10 @@ def _address_space() -> int:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _read_reply(conn: Connection) -> object:
+    return json.loads(conn.recv_bytes(MAX_REPLY_BYTES))
 
 
 class _Worker:
@@ -162,6 +150,10 @@ class ParsePool:
         self._by_user: Counter[str] = Counter()
         self._io = ThreadPoolExecutor(settings.workers, thread_name_prefix="parley-parse-io")
         self._ctx: Any = None
+        self.busy = 0  # jobs on a process now
+        # how jobs ended: ok, refused, cpu (over its CPU time), wall (over its time), memory,
+        # died (its process, otherwise), cancelled (its caller went away)
+        self.outcomes: Counter[str] = Counter()
 
     async def run(self, user_id: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a parsing process, for ``user_id``; its result or its refusal."""
@@ -204,45 +196,64 @@ class ParsePool:
             self._idle.pop() if self._idle else await loop.run_in_executor(self._io, self._spawn)
         )
         reply: asyncio.Future[Any] | None = None
+        self.busy += 1
         try:
             worker.conn.send((fn, args, self.settings.cpu_seconds))
-            reply = loop.run_in_executor(self._io, worker.conn.recv)
-            try:
-                async with asyncio.timeout(self.settings.wall_seconds):
-                    outcome = await asyncio.shield(reply)
-            except TimeoutError:
-                raise FileTooCostly(
-                    f"the file took more than {self.settings.wall_seconds:g} s to read",
-                    param="file",
-                ) from None
-            except EOFError:
-                raise self._died(worker) from None
-        except BaseException:  # cancelled, over its time, or dead: never reused
+            reply = loop.run_in_executor(self._io, _read_reply, worker.conn)
+            outcome = await self._reply(worker, reply)
+        except BaseException as e:  # cancelled, over its time, or dead: never reused
+            if isinstance(e, asyncio.CancelledError):
+                self.outcomes["cancelled"] += 1
             worker.kill(reply)
             raise
+        finally:
+            self.busy -= 1
         self._idle.append(worker)
         return cast(T, self._result(outcome))
 
-    def _result(self, outcome: _Ok | _Refused | _OutOfMemory) -> Any:
+    async def _reply(self, worker: _Worker, reply: asyncio.Future[Any]) -> Any:
+        try:
+            async with asyncio.timeout(self.settings.wall_seconds):
+                return await asyncio.shield(reply)
+        except TimeoutError:
+            self.outcomes["wall"] += 1
+            raise FileTooCostly(
+                f"the file took more than {self.settings.wall_seconds:g} s to read",
+                param="file",
+            ) from None
+        except (EOFError, OSError):  # the process ended (killed, or over its CPU time)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._io, worker.process.join, 5)
+            raise self._died(worker) from None
+
+    def _result(self, outcome: object) -> Any:
         match outcome:
-            case _Ok(value):
+            case {"ok": value}:
+                self.outcomes["ok"] += 1
                 return value
-            case _Refused(status, kind, code, message, param):
-                raise JobRefused(status, kind, code, message, param)
-            case _OutOfMemory():
+            case {"refused": [int(status), str(kind), str(code), str(message), param]}:
+                self.outcomes["refused"] += 1
+                raise JobRefused(
+                    status, kind, code, message, param if isinstance(param, str) else None
+                )
+            case {"memory": True}:
+                self.outcomes["memory"] += 1
                 raise FileTooCostly(
                     f"the file needs more than {self.settings.memory_mb} MB to read",
                     param="file",
                 )
+        self.outcomes["died"] += 1
+        raise FileTooCostly("the file could not be read: its parser failed", param="file")
 
     def _died(self, worker: _Worker) -> ParleyError:
-        worker.process.join(timeout=5)
         code = worker.process.exitcode
         if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+            self.outcomes["cpu"] += 1
             return FileTooCostly(
                 f"the file took more than {self.settings.cpu_seconds} s of CPU to read",
                 param="file",
             )
+        self.outcomes["died"] += 1
         log.error("a parsing process died (exit code %s)", code)
         return FileTooCostly("the file could not be read: its parser failed", param="file")
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import new_id
@@ -53,17 +54,24 @@ async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> 
     held = await _held(s, user_id, batch, keys)
     chat_ids: list[str] = []
     skipped: list[str] = []
-    messages = 0
+    chat_rows: list[dict[str, Any]] = []
+    message_rows: list[dict[str, Any]] = []
     for imported, key in zip(batch.chats, keys, strict=True):
         if key in held:
             skipped.append(held[key])
             continue
-        chat_id = held[key] = _add_chat(s, user_id, imported, key)
-        chat_ids.append(chat_id)
-        messages += len(imported.messages)
-        await s.flush()  # chat by chat: a large import never holds every row unflushed
+        chat, messages = _rows(user_id, imported, key)
+        held[key] = chat["id"]
+        chat_ids.append(chat["id"])
+        chat_rows.append(chat)
+        message_rows += messages
+    # ORM bulk inserts (one statement a table, executemany): no unit of work per row
+    if chat_rows:
+        await s.execute(insert(Chat), chat_rows)
+    if message_rows:
+        await s.execute(insert(Message), message_rows)
     return ImportResult(
-        chat_ids=tuple(chat_ids), messages=messages, skipped_chat_ids=tuple(skipped)
+        chat_ids=tuple(chat_ids), messages=len(message_rows), skipped_chat_ids=tuple(skipped)
     )
 
 
@@ -106,45 +114,46 @@ async def _held(
     return held
 
 
-def _add_chat(s: AsyncSession, user_id: str, imported: ImportedChat, key: str) -> str:
+def _rows(
+    user_id: str, imported: ImportedChat, key: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The chat's row and its messages' rows, with new ids."""
     chat_id = new_id("chat")
     times = [m.created_at for m in imported.messages]
     ids = [new_message_id() for _ in imported.messages]
     parents = _parents(imported, ids)
     new_ids = {m.source_id: i for m, i in zip(imported.messages, ids, strict=True) if m.source_id}
     leaf = new_ids.get(imported.active_source_id or "") or (ids[-1] if ids else None)
-    s.add(
-        Chat(
-            id=chat_id,
-            user_id=user_id,
-            title=imported.title,
-            message_count=len(imported.messages),
-            created_at=imported.created_at,
-            updated_at=imported.updated_at,
-            last_activity_at=max(times, default=imported.created_at),
-            active_leaf_id=leaf,
-            import_key=key,
-        )
-    )
-    s.add_all(
-        Message(
-            id=message_id,
-            user_id=user_id,
-            chat_id=chat_id,
-            seq=seq,
-            role=m.role,
-            content=m.content,
-            status=m.status,
-            model=m.model,
-            created_at=m.created_at,
-            updated_at=m.created_at,
-            parent_id=parent,
-        )
+    chat = {
+        "id": chat_id,
+        "user_id": user_id,
+        "title": imported.title,
+        "message_count": len(imported.messages),
+        "created_at": imported.created_at,
+        "updated_at": imported.updated_at,
+        "last_activity_at": max(times, default=imported.created_at),
+        "active_leaf_id": leaf,
+        "import_key": key,
+    }
+    messages = [
+        {
+            "id": message_id,
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "seq": seq,
+            "role": m.role,
+            "content": m.content,
+            "status": m.status,
+            "model": m.model,
+            "created_at": m.created_at,
+            "updated_at": m.created_at,
+            "parent_id": parent,
+        }
         for seq, (m, message_id, parent) in enumerate(
             zip(imported.messages, ids, parents, strict=True), start=1
         )
-    )
-    return chat_id
+    ]
+    return chat, messages
 
 
 def _parents(imported: ImportedChat, ids: list[str]) -> list[str | None]:

@@ -12,12 +12,12 @@ from parley.api.deps import ClientAddressDep, PrincipalDep, ServicesDep, Session
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.auth import clear_cookies
 from parley.api.schemas import AccountDelete, Deleted, ExportList, ExportOut, ImportOut
-from parley.api.uploads import spooled, while_connected
+from parley.api.uploads import spooled, spooled_aside, while_connected
 from parley.blobs.settings import PortabilitySettings
 from parley.domain import ExportStatus
-from parley.portability.reader import ImportLimits, read_import_file
+from parley.portability.parts import ImportSummary, import_parts, write_import_parts
+from parley.portability.reader import ImportLimits
 from parley.services import Services
-from parley.store.imports import import_chats
 from parley.store.schema import Export
 
 router = APIRouter(prefix="/api", tags=["your data"])
@@ -80,9 +80,11 @@ async def import_file(
     """Import chats from a file sent as the request body: parley's export (its zip or its
     ``parley-export.json``), or ChatGPT's (its zip, ``conversations.json`` or one of the
     ``conversations-NNN.json`` files a newer export is split into: send each). Read by
-    content, not by name; all of the file's chats or none. A chat imported before (the same
-    file again, or the user's own chat from their export) is skipped: ``skipped`` and
-    ``skipped_chat_ids`` (the chats that hold them) say which.
+    content, not by name. A chat imported before (the same file again, or the user's own
+    chat from their export) is skipped: ``skipped`` and ``skipped_chat_ids`` (the chats that
+    hold them) say which. The file is read whole before anything is written (a file with
+    anything wrong adds nothing); its chats are then written in parts, so an import cut
+    short (the server stopped) is completed by sending the file again.
 
     Limits (``[portability]``): the body ``max_import_bytes`` (413), a zip's members
     ``max_import_unpacked_bytes`` uncompressed, ``max_import_chats``, ``max_import_messages``
@@ -90,13 +92,12 @@ async def import_file(
     in the parsing pool (``[parsing]``: 422 ``file_too_costly`` past its CPU, memory or time
     limit, 429 ``too_many_parses``). The body is read only once the caller is known."""
     limits = import_limits(svc.settings.portability)
-    async with spooled(request) as path:
-        reading = svc.parsing.run(who.user_id, read_import_file, path, filename, limits)
-        batch = await while_connected(request, reading)
-    async with svc.db.transaction() as s:
-        result = await import_chats(s, user_id=who.user_id, batch=batch)
+    async with spooled(request) as path, spooled_aside(path + ".chats") as chats:
+        job = svc.parsing.run(who.user_id, write_import_parts, path, filename, limits, chats)
+        summary = ImportSummary.model_validate(await while_connected(request, job))
+        result = await import_parts(svc.db, who.user_id, summary, chats)
     return ImportOut(
-        source=batch.source,
+        source=summary.source,
         chats=result.chats,
         messages=result.messages,
         chat_ids=list(result.chat_ids),
