@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
-from parley.engines.builtin.loop import Abort, Add, EngineLoop, Stop
+from parley.engines.builtin.loop import MAX_RESTARTS, Abort, Add, EngineLoop, Stop
 from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
 from parley.engines.builtin.threads import on_fresh_thread
-from parley.engines.interface import FinishReason
+from parley.engines.interface import (
+    EngineFailed,
+    EngineRefusedRequest,
+    EngineState,
+    FinishReason,
+)
 from tests.engines.tiny import tiny_model
 
 TIMEOUT = 60
@@ -151,3 +158,124 @@ def test_on_fresh_thread_returns_the_result_or_raises_the_error() -> None:
     assert on_fresh_thread(where, name="t-x") == "t-x"
     with pytest.raises(ZeroDivisionError):
         on_fresh_thread(lambda: 1 / 0)
+
+
+# -- failures: no request stops the loop for the others (issue 39) ------------------------------
+
+
+def _wait_for(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_sequence_the_core_cannot_take_fails_alone() -> None:
+    """A seed torch cannot take (2**64) fails that request with a clear error; the one
+    running beside it and the next one are served as if nothing happened."""
+    loop, recorder = engine_loop()
+    loop.start()
+    try:
+        loop.submit(a := seq("a", max_tokens=40))
+        bad = Sequence("bad", list(range(3, 12)), SamplingParams(max_tokens=4, seed=2**64))
+        loop.submit(bad)
+        loop.submit(seq("c", max_tokens=3))
+        for name in ("a", "bad", "c"):
+            recorder.wait(name)
+    finally:
+        loop.stop()
+    (refused,) = recorder.of("bad")
+    assert isinstance(refused.error, EngineRefusedRequest), refused
+    assert str(refused.error).startswith("the engine cannot take this request")
+    assert [e.error for e in recorder.of("a")] == [None] * 40
+    assert recorder.of("a")[-1].finish is FinishReason.LENGTH and len(a.output) == 40
+    assert recorder.of("c")[-1].finish is FinishReason.LENGTH
+    assert (loop.state, loop.failures) == (EngineState.READY, [])
+
+
+def test_a_step_that_raises_fails_the_sequences_in_it_and_the_loop_restarts() -> None:
+    loop, recorder = engine_loop()
+    step = loop.core.step
+    calls = 0
+
+    def failing_third_step() -> list[TokenEvent]:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("a kernel fault")
+        return step()
+
+    loop.core.step = failing_third_step  # type: ignore[method-assign]
+    loop.start()
+    try:
+        loop.submit(seq("a", max_tokens=1000))
+        loop.submit(seq("b", max_tokens=1000))
+        recorder.wait("a")
+        recorder.wait("b")
+        loop.submit(seq("c", max_tokens=3))
+        recorder.wait("c")
+    finally:
+        loop.stop()
+    for name in ("a", "b"):
+        last = recorder.of(name)[-1]
+        assert isinstance(last.error, EngineFailed), last
+        assert "restarting" in str(last.error)
+    assert recorder.of("c")[-1].finish is FinishReason.LENGTH
+    assert [e.error for e in recorder.of("c")] == [None] * 3
+    assert loop.state is EngineState.READY and len(loop.failures) == 1
+    assert loop.last_failure == "RuntimeError: a kernel fault"
+
+
+def test_a_failure_while_idle_does_not_end_the_thread() -> None:
+    """The probe's crash: an error applying a command between steps ended the thread and
+    every later request hung. Now the loop recovers and serves the next one."""
+    loop, recorder = engine_loop()
+    loop.core.abort = _raises  # type: ignore[method-assign]
+    loop.send(Add(a := seq("a", max_tokens=10_000)))
+    loop.send(Abort(a))
+    loop.start()
+    try:
+        recorder.wait("a")
+        loop.submit(seq("b", max_tokens=3))
+        recorder.wait("b")
+    finally:
+        loop.stop()
+    assert isinstance(recorder.of("a")[-1].error, EngineFailed)
+    assert recorder.of("b")[-1].finish is FinishReason.LENGTH
+    assert loop.state is EngineState.READY
+
+
+def _raises(*_: object) -> None:
+    raise RuntimeError("broken")
+
+
+def test_an_engine_that_keeps_failing_is_failed_for_good_and_refuses_at_once() -> None:
+    loop, recorder = engine_loop()
+    loop.core.step = _raises  # type: ignore[method-assign,assignment]
+    loop.start()
+    try:
+        for i in range(MAX_RESTARTS + 1):
+            loop.submit(seq(f"s{i}"))
+            recorder.wait(f"s{i}")
+        _wait_for("the engine to give up", lambda: loop.state is EngineState.FAILED)
+        loop.submit(seq("late"))
+        recorder.wait("late")
+    finally:
+        loop.stop()
+    assert not loop.alive  # Stop still ends it
+    (late,) = recorder.of("late")
+    assert isinstance(late.error, EngineFailed) and "could not restart" in str(late.error)
+
+
+def test_a_reset_that_fails_leaves_the_engine_failed() -> None:
+    loop, recorder = engine_loop()
+    loop.core.step = _raises  # type: ignore[method-assign,assignment]
+    loop.core.reset = _raises  # type: ignore[method-assign]
+    loop.start()
+    try:
+        loop.submit(seq("a"))
+        recorder.wait("a")
+        _wait_for("the engine to give up", lambda: loop.state is EngineState.FAILED)
+    finally:
+        loop.stop()
+    assert isinstance(recorder.of("a")[-1].error, EngineFailed)

@@ -2,12 +2,12 @@
 
 Each stage's categories are compiled once into one alternation (a named group per category),
 so a check is one regular-expression search whatever the number of categories. A prompt is
-checked whole, and an answer piece by piece, on the same folded text (``normalize.py``: NFKC,
-format characters such as zero-width spaces removed, letters confusable with ASCII as the
-ASCII they look like: the usual ways to slip a word past a pattern); what users see is the
-text as written. An answer is scanned as it streams
-(``OutputScan``): each new piece is searched from where a match could still begin, and a
-partial match at the end (``regex``'s ``partial=True``: "the text so far could be the start
+checked whole, and an answer piece by piece, on the same two folded texts (``normalize.py``:
+NFKC, format characters such as zero-width spaces removed, and in the second letters
+confusable with ASCII as the ASCII they look like: the usual ways to slip a word past a
+pattern); a match in either blocks. What users see is the text as written. An answer is
+scanned as it streams (``OutputScan``): each new piece is searched from where a match could
+still begin, and a partial match at the end (``regex``'s ``partial=True``: "the text so far could be the start
 of a match") holds back only the text from where it starts, until the next piece decides
 it. So no piece of a blocked phrase is ever released, nothing else waits, and each step
 costs a search over the new text and what is held back, not over the whole answer.
@@ -98,16 +98,16 @@ class RuleSet:
         return self.check_now(sample)
 
     def check_now(self, sample: Sample) -> Verdict:
-        text = fold(sample.text)
+        texts = _folded(sample.text)
         for category, pattern in self._whole[sample.stage]:
-            if pattern.search(text):
+            if any(pattern.search(text) for text in texts):
                 return Verdict(True, category, self._reasons[category])
         return ALLOWED
 
     def categories_of(self, text: str) -> list[str]:
         """Every category (of any stage) ``text`` matches: the ``/v1/moderations`` answer."""
-        text = fold(text)
-        return [category for category, pattern in self._any if pattern.search(text)]
+        texts = _folded(text)
+        return [c for c, pattern in self._any if any(pattern.search(t) for t in texts)]
 
     def scan(self) -> OutputScan | None:
         """A scan of one answer as it streams (None: no category applies to answers)."""
@@ -115,6 +115,12 @@ class RuleSet:
 
     async def close(self) -> None:
         """Nothing to let go of."""
+
+
+def _folded(text: str) -> tuple[str, ...]:
+    """The text's two foldings (one, when they are the same)."""
+    plain, skeleton = fold(text, skeleton=False), fold(text, skeleton=True)
+    return (plain,) if plain == skeleton else (plain, skeleton)
 
 
 def _each(groups: list[tuple[str, list[str]]]) -> list[tuple[str, regex.Pattern[str]]]:
@@ -129,14 +135,34 @@ def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[s
 
 class OutputScan:
     """The rule set over one answer as it streams: ``feed`` each piece, release up to what
-    it answers. Keeps only the text a match could still start in (and a little before it).
-    It searches the folded answer (``normalize.fold_mapped``) and answers in characters of
-    the answer as written."""
+    it answers. Both foldings are scanned; the text is released up to where neither could
+    still hold a match."""
 
     def __init__(self, compiled: _Compiled) -> None:
+        self._scans = (_FoldedScan(compiled, skeleton=False), _FoldedScan(compiled, skeleton=True))
+
+    def feed(self, text: str, *, final: bool = False) -> Verdict | int:
+        """Take the answer's next piece: the verdict if it completes a blocked match, else
+        how far (in characters of the whole answer) the text may be released."""
+        released = []
+        for scan in self._scans:
+            answer = scan.feed(text, final=final)
+            if isinstance(answer, Verdict):
+                return answer
+            released.append(answer)
+        return min(released)
+
+
+class _FoldedScan:
+    """One folding of the answer, scanned. Keeps only the text a match could still start in
+    (and a little before it); searches the folded answer (``normalize.fold_mapped``) and
+    answers in characters of the answer as written."""
+
+    def __init__(self, compiled: _Compiled, *, skeleton: bool) -> None:
         assert compiled.pattern is not None
         self._pattern = compiled.pattern
         self._compiled = compiled
+        self._skeleton = skeleton
         self._tail = ""  # the folded text from self._offset on
         self._origin: list[int] = []  # of each folded character of the tail, its position
         self._offset = 0  # in the folded answer
@@ -144,11 +170,11 @@ class OutputScan:
         self._hold = 0  # where a match could still begin: nothing before it can be blocked
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
-        """Take the answer's next piece: the verdict if it completes a blocked match, else
-        how far (in characters of the whole answer) the text may be released. ``final``:
-        nothing follows, so what could still grow into a match (or out of one: a match
-        that reaches the end, whose ``\\b`` the next piece may undo) is decided now."""
-        folded, origin = fold_mapped(text, self._fed)
+        """The verdict if ``text`` completes a blocked match, else how far the answer may be
+        released. ``final``: nothing follows, so what could still grow into a match (or out
+        of one: a match that reaches the end, whose ``\\b`` the next piece may undo) is
+        decided now."""
+        folded, origin = fold_mapped(text, self._fed, skeleton=self._skeleton)
         self._fed += len(text)
         self._tail += folded
         self._origin += origin
