@@ -7,10 +7,11 @@ NFKC, format characters such as zero-width spaces removed, and in the second let
 confusable with ASCII as the ASCII they look like: the usual ways to slip a word past a
 pattern); a match in either blocks. What users see is the text as written. An answer is
 scanned as it streams (``OutputScan``): each new piece is searched from where a match could
-still begin, and a partial match at the end (``regex``'s ``partial=True``: "the text so far could be the start
-of a match") holds back only the text from where it starts, until the next piece decides
-it. So no piece of a blocked phrase is ever released, nothing else waits, and each step
-costs a search over the new text and what is held back, not over the whole answer.
+still begin, and a partial match at the end (``regex``'s ``partial=True``: "the text so far
+could be the start of a match") holds back only the text from where it starts, until the
+next piece decides it. So no piece of a blocked phrase is ever released, nothing else waits,
+and each step costs a search over the new text and what is held back, not over the whole
+answer.
 """
 
 from __future__ import annotations
