@@ -187,3 +187,23 @@ async def test_the_next_turn_finds_the_chat_in_the_prefix_cache(
     cached = run["prompt"]["cached_tokens"]
     assert cached >= first_run["usage"]["prompt_tokens"] - 16  # all but a partial block
     assert run["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}
+
+
+async def test_an_answer_cut_inside_a_character_never_ends_in_a_broken_one(
+    run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
+) -> None:
+    """max_tokens falls inside "🍕" (four byte tokens): the answer ends before it, streamed
+    and stored, never with U+FFFD (issue 39)."""
+    engine = run_services.engine
+    assert isinstance(engine, BuiltinEngine)
+    answer = engine.tokenizer.encode("ok 🍕")
+    assert len(answer) == 7  # byte-level: o, k, space and the four bytes of the emoji
+    runner = engine.core.runner
+    runner.sample = lambda _, seqs: [answer[len(s.output)] for s in seqs]  # type: ignore[method-assign]
+    chat_id = await new_chat(run_client, auth)
+    seen = [ev async for ev, _ in _stream(run_client, auth, chat_id, "hi", max_tokens=5)]
+    assert seen[-1].data["finish_reason"] == "length"
+    assert text_of(seen) == "ok "
+    assert not any("\ufffd" in e.data.get("text", "") for e in seen if e.event == "delta")
+    message = await stored_message(run_client, auth, chat_id, seen[-1].data["message_id"])
+    assert message["content"] == "ok "
