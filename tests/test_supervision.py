@@ -13,6 +13,8 @@ import pytest
 from parley.engines.interface import EngineState
 from parley.services import Services
 from parley.supervision import Supervisor, TaskState
+from tests.helpers import user_headers
+from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.waiting import eventually
 
 
@@ -119,3 +121,34 @@ async def test_an_engine_failed_for_good_makes_the_process_fatal() -> None:
     await asyncio.wait_for(supervisor.fatal.wait(), 10)
     assert supervisor.reason == "the engine failed and could not restart"
     await supervisor.close()
+
+
+async def test_a_worker_whose_lease_renewer_dies_is_restarted_and_serves(
+    run_client: httpx.AsyncClient, run_services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewer dying takes the worker's loop down with it (a worker that cannot renew
+    its leases must not take runs): the supervisor starts both again."""
+    worker = run_services.worker
+    assert worker is not None
+    offer = worker._offer_slots
+    calls = 0
+
+    async def breaks_once() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the renewer's second pass
+            raise RuntimeError("the renewer broke")
+        await offer()
+
+    run_services.supervisor.first_backoff = 0.01
+    worker._offer_slots = breaks_once  # type: ignore[method-assign]
+    watched = run_services.supervisor.watched["worker"]
+    with caplog.at_level(logging.ERROR):
+        await eventually(lambda: _true(calls >= 3), "the worker to start again")
+    assert "background task worker died" in caplog.text
+    assert watched.last_error == "RuntimeError: the renewer broke"
+    assert watched.state is TaskState.RUNNING
+    auth = await user_headers(run_client, "ada@example.com")
+    chat_id = await new_chat(run_client, auth)
+    sent = await send_json(run_client, auth, chat_id, "still there?")
+    assert (await wait_run(run_client, auth, sent["run_id"]))["status"] == "completed"

@@ -106,6 +106,7 @@ class Services:
             raise ConfigurationError(f"the blob store does not work: {e}") from e
 
     async def close(self, grace: float = 5.0) -> None:
+        self.supervisor.stopping()
         if self.worker is not None:
             await self.worker.stop(grace)
         await self.supervisor.close()

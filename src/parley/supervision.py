@@ -98,6 +98,10 @@ class Supervisor:
             if w.state is not TaskState.RUNNING
         }
 
+    def stopping(self) -> None:
+        """The process is closing: a task that returns now has been stopped, not died."""
+        self._closing = True
+
     async def close(self) -> None:
         self._closing = True
         tasks = [w.task for w in self.watched.values() if w.task is not None]

@@ -92,12 +92,21 @@ class Worker:
         return timedelta(seconds=self._settings.lease_seconds)
 
     async def run_forever(self) -> None:
-        """Take and execute runs until stop() is called."""
+        """Take and execute runs until stop() is called. If the claim loop or the lease
+        renewer dies, the other is stopped too and the error raised: the process's
+        supervisor logs it and starts this again (``parley.supervision``)."""
         self._loop_task = asyncio.current_task()
         renewer = asyncio.create_task(self._keep_leases(), name="leases")
+        taking = asyncio.create_task(self._take_runs(), name="claims")
         try:
-            await self._take_runs()
+            done, _ = await asyncio.wait({renewer, taking}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.cancelled() and not self._stopping.is_set():
+                    raise RuntimeError(f"the worker's {task.get_name()} task was cancelled")
+                task.result()
         finally:
+            taking.cancel()
+            await asyncio.gather(taking, return_exceptions=True)
             if self._tasks:
                 await asyncio.wait(set(self._tasks))  # stop() has bounded them
             renewer.cancel()
