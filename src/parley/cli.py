@@ -24,6 +24,7 @@ from parley.safety.admin import add_runs_parser
 if TYPE_CHECKING:
     from parley.observability.server import MetricsServer
     from parley.services import Services
+    from parley.supervision import Supervisor
 
 log = logging.getLogger("parley")
 
@@ -206,7 +207,11 @@ async def _http(settings: Settings, *, worker: bool) -> int:
 
 async def _stop_when_fatal(services: Services, server: Any) -> None:
     """Stop the HTTP server once the process cannot go on (``parley.supervision``)."""
-    await services.supervisor.fatal.wait()
+    await _stop_on(services.supervisor, server)
+
+
+async def _stop_on(supervisor: Supervisor, server: Any) -> None:
+    await supervisor.fatal.wait()
     server.should_exit = True
 
 
@@ -225,6 +230,7 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     from parley.engines.interface import Engine
     from parley.engines.server import EngineServer
     from parley.safety.rules import RuleSet
+    from parley.supervision import Supervisor
 
     engine: Engine
 
@@ -248,7 +254,17 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     )
     log.info("engine serving %s on http://%s:%d/v1", name, settings.host, settings.port)
     _freeze_startup_objects()
-    await uvicorn.Server(config).serve()
+    http = uvicorn.Server(config)
+    supervisor = Supervisor()  # an engine that failed for good: exit 1
+    supervisor.watch_engine(engine)
+    watcher = asyncio.create_task(_stop_on(supervisor, http))
+    try:
+        await http.serve()
+    finally:
+        watcher.cancel()
+        await supervisor.close()
+    if supervisor.fatal.is_set():
+        return _fail(f"stopped: {supervisor.reason}")
     return 0
 
 

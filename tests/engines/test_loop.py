@@ -230,7 +230,7 @@ def test_a_failure_while_idle_does_not_end_the_thread() -> None:
     """The probe's crash: an error applying a command between steps ended the thread and
     every later request hung. Now the loop recovers and serves the next one."""
     loop, recorder = engine_loop()
-    loop.core.abort = _raises  # type: ignore[method-assign]
+    loop.core.abort = _raises  # type: ignore[method-assign,assignment]
     loop.send(Add(a := seq("a", max_tokens=10_000)))
     loop.send(Abort(a))
     loop.start()

@@ -37,6 +37,8 @@ from parley.engines.interface import (
     Delta,
     Engine,
     EngineError,
+    EngineRefusedRequest,
+    EngineState,
     GenerationRequest,
 )
 from parley.engines.stats import engine_stats
@@ -168,6 +170,11 @@ class EngineServer:
         return _json(answer.model_dump())
 
     async def health(self, _: Request) -> Response:
+        """200 ``ok`` while the engine serves; 503 with its state while it restarts after a
+        failure or once it failed for good (a router then takes it off its ring)."""
+        state = self.engine.state()
+        if state is not EngineState.READY:
+            return _json({"status": state.value, "model": self.model, **self.stats()}, 503)
         return _json({"status": "ok", "model": self.model, **self.stats()})
 
     def stats(self) -> dict[str, Any]:
@@ -314,7 +321,7 @@ def _invalid(e: ValidationError) -> str:
 
 
 def _engine_error(e: EngineError) -> Response:
-    if isinstance(e, ContextLengthExceeded):
+    if isinstance(e, ContextLengthExceeded | EngineRefusedRequest):
         return _error(400, str(e), "invalid_request_error", e.code)
     return _error(503, str(e) or "the engine cannot serve this request", "server_error", e.code)
 
