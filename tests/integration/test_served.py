@@ -46,7 +46,10 @@ def test_the_embedded_default_answers_with_the_bundled_model(tmp_path: Path) -> 
                 assert proc.poll() is None, (tmp_path / "serve.log").read_text()
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-        assert r.json() == {"status": "ready", "checks": {"store": "ok", "bus": "ok"}}
+        assert r.json() == {
+            "status": "ready",
+            "checks": {"store": "ok", "bus": "ok", "engine": "ok", "tasks": "ok"},
+        }
         assert (data / "parley.db").exists()
         with httpx.Client(base_url=base, timeout=120) as c:
             token = c.post(

@@ -10,13 +10,14 @@ gives back the float weight a quantized matrix stands for (for checks).
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from parley.engines.builtin.precision import Precision
+from parley.engines.builtin.precision import Precision, cpu_flags
 
 INT4_GROUP = 32  # input columns sharing one scale and zero (llama.cpp's Q4 blocks are 32 too)
 _INT4_MAX = 15
@@ -114,22 +115,33 @@ class Int8DynamicLinear:
         self.scale = parts["scale"].to(torch.float32, copy=True)
         self.out_features, self.in_features = parts["qweight"].shape
         self.prepacked: Tensor | None = None
+        self.exact: Tensor | None = None  # the integer weights as float32, transposed (no VNNI)
         self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
         self._one = torch.tensor(1.0)
         self._offset = torch.tensor(_U8_OFFSET, dtype=torch.int32)
 
     def pack(self) -> bool:
-        """Reorder the matrix for oneDNN once and let go of the plain one."""
-        if self.prepacked is None:
+        """Reorder the matrix for oneDNN once and let go of the plain one. A CPU without
+        VNNI (AVX2 only) has oneDNN sum u8 x s8 pairs in saturating 16-bit lanes, which is
+        not exact: there the integer values are kept as float32 instead, whose products
+        are exact integers while a sum stays below 2**24 (in any order, so a row's result
+        is the same alone and in any batch)."""
+        if self.prepacked is None and self.exact is None:
             if self.qweight is None or self.qweight.device.type != "cpu":
                 raise ValueError("precision w8a8 runs on a CPU (oneDNN's quantized products)")
-            self.prepacked = torch.ops.onednn.qlinear_prepack(self.qweight, None)
+            if exact_int8_dots():
+                self.prepacked = torch.ops.onednn.qlinear_prepack(self.qweight, None)
+            else:
+                self.exact = self.qweight.to(torch.float32).T.contiguous()
             self.qweight = None
         return True
 
     def __call__(self, x: Tensor) -> Tensor:
         self.pack()
         scale = x.abs().amax(-1, keepdim=True).clamp_(min=1e-12).div_(127)
+        if self.exact is not None:
+            product = torch.round(x.float() / scale) @ self.exact
+            return product.mul_(self.scale).mul_(scale)
         # uint8 with the zero at 128, as oneDNN's quantized linear takes its input
         q = torch.round(x / scale).add_(_U8_OFFSET).to(torch.uint8)
         y: Tensor = torch.ops.onednn.qlinear_pointwise.tensor(
@@ -144,6 +156,14 @@ class Int8DynamicLinear:
 
 
 _U8_OFFSET = 128
+# the CPU's int8 dot products that oneDNN sums exactly (without them: vpmaddubsw, saturating)
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+@functools.cache
+def exact_int8_dots() -> bool:
+    """Whether oneDNN's quantized products are exact on this CPU (it has VNNI or AMX)."""
+    return bool(cpu_flags() & INT8_DOT_FLAGS)
 
 
 class Int4Linear:
