@@ -25,6 +25,15 @@ async def user_headers(client: httpx.AsyncClient, email: str) -> dict[str, str]:
     return bearer((await signup(client, email))["token"])
 
 
+async def new_api_key(client: httpx.AsyncClient, email: str) -> str:
+    """A new user's API key (its secret)."""
+    session = (await signup(client, email))["token"]
+    r = await client.post("/api/keys", json={"name": "script"}, headers=bearer(session))
+    assert r.status_code == 201, r.text
+    key: str = r.json()["key"]
+    return key
+
+
 def assert_error(r: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json")

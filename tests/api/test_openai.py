@@ -21,7 +21,7 @@ from openai.types.chat import (
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.engines.interface import ChatMessage
 from parley.services import Services
-from tests.helpers import bearer, signup
+from tests.helpers import bearer, new_api_key
 from tests.runs.helpers import wait_run
 from tests.waiting import eventually
 
@@ -32,11 +32,7 @@ HELLO: ChatCompletionUserMessageParam = {"role": "user", "content": "Say hello"}
 
 @pytest.fixture
 async def api_key(run_client: httpx.AsyncClient) -> str:
-    session = (await signup(run_client, "prog@example.com"))["token"]
-    r = await run_client.post("/api/keys", json={"name": "script"}, headers=bearer(session))
-    assert r.status_code == 201, r.text
-    key: str = r.json()["key"]
-    return key
+    return await new_api_key(run_client, "prog@example.com")
 
 
 @pytest.fixture

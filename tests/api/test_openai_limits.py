@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from parley.engines.fake import FAKE_MODEL
-from tests.helpers import bearer, signup
+from tests.helpers import new_api_key
 
 # 60 tokens of budget refilled at one a second. The first request reserves 40 + 3 = 43 and
 # settles to the fake engine's 6 + 24 = 30, leaving 30; the next asks for 32 + 3 = 35, so it
@@ -42,10 +42,7 @@ def run_overrides() -> dict[str, Any]:
 
 @pytest.fixture
 async def api_key(run_client: httpx.AsyncClient) -> str:
-    session = (await signup(run_client, "prog@example.com"))["token"]
-    r = await run_client.post("/api/keys", json={"name": "script"}, headers=bearer(session))
-    key: str = r.json()["key"]
-    return key
+    return await new_api_key(run_client, "prog@example.com")
 
 
 Seen = list[tuple[int, float, dict[str, str]]]

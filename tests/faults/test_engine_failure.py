@@ -20,7 +20,7 @@ import pytest
 from parley.engines.builtin.engine import BuiltinEngine
 from parley.services import Services
 from tests.engines.tiny import save_tiny_chat_model
-from tests.helpers import bearer, signup, user_headers
+from tests.helpers import new_api_key, user_headers
 from tests.processes import free_port
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.waiting import eventually
@@ -38,11 +38,7 @@ async def auth(run_client: httpx.AsyncClient) -> dict[str, str]:
 
 @pytest.fixture
 async def api_key(run_client: httpx.AsyncClient) -> str:
-    session = (await signup(run_client, "prog@example.com"))["token"]
-    r = await run_client.post("/api/keys", json={"name": "script"}, headers=bearer(session))
-    assert r.status_code == 201, r.text
-    key: str = r.json()["key"]
-    return key
+    return await new_api_key(run_client, "prog@example.com")
 
 
 @pytest.fixture
