@@ -1,5 +1,6 @@
 """Attachments through the HTTP API (issue 21), on both run stacks (SQLite + the in-process
-bus, Postgres + Redis): files told apart by content, refused ones leaving nothing behind,
+bus, Postgres + Redis) and both blob stores (a directory, a real S3 server): files told
+apart by content, refused ones leaving nothing behind,
 another user's ids a 404, removal before sending, and the text in the prompt the model
 gets (the fake engine echoes a message that starts with ``/echo ``, files and all)."""
 
@@ -24,10 +25,12 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
 
 
 @pytest.fixture
-def run_overrides() -> dict[str, Any]:
+def run_overrides(blob_settings: dict[str, Any]) -> dict[str, Any]:
+    """On each blob store: a directory, and a real S3 server (SeaweedFS)."""
     return {
         "fake_engine": {"inter_token_latency_ms": 0, "context_window": 2500},
         "attachments": {"max_bytes": MAX_BYTES, "max_files": 3},
+        "blobs": blob_settings,
     }
 
 

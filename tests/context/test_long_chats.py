@@ -132,6 +132,15 @@ async def chat_row(services: Services, chat_id: str) -> Chat:
         return chat
 
 
+async def no_fold_under_way(run_services: Services, chat_id: str) -> None:
+    """Until the chat's fold (if any) has landed or ended."""
+
+    async def landed() -> bool:
+        return (await chat_row(run_services, chat_id)).summary_run_id is None
+
+    await eventually(landed, "the chat's fold to land")
+
+
 async def test_a_200_turn_chat_is_answered_within_budget_and_remembers_turn_3(
     run_client: httpx.AsyncClient,
     auth: dict[str, str],
@@ -189,8 +198,7 @@ async def test_a_landed_fold_warms_the_next_turns_prefix(
         assert n < 60, "no fold landed and warmed its prefix"
         await turn(run_client, auth, chat_id, message(n))
         await asyncio.sleep(0.05)  # a user's pause: the fold and its warming run meanwhile
-        while (await chat_row(run_services, chat_id)).summary_run_id is not None:
-            await asyncio.sleep(0.02)
+        await no_fold_under_way(run_services, chat_id)
     prefix = warmed(recorder)[-1]
     run = await turn(run_client, auth, chat_id, message(n + 1))
     sent = recorder.requests[run["id"]].messages
@@ -230,8 +238,7 @@ async def test_turns_keep_the_old_prefix_until_the_new_one_is_warm(
     assert sent[: len(before_sent) - 1] == before_sent[:-1]  # the old prefix, held
     assert during["prompt"]["summary_through_seq"] == 0
     recorder.warm_gate.set()
-    while (await chat_row(run_services, chat_id)).summary_run_id is not None:
-        await asyncio.sleep(0.02)
+    await no_fold_under_way(run_services, chat_id)
     chat = await chat_row(run_services, chat_id)
     assert chat.summary_through_seq == fold[0].summary_through_seq and chat.summary
     after = await turn(run_client, auth, chat_id, message(n + 2))
