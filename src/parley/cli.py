@@ -195,30 +195,31 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     )
     tracing.configure(settings, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API)
     _freeze_startup_objects()
-    server = uvicorn.Server(config)
-    watcher = asyncio.create_task(_stop_when_fatal(services, server))
+    try:
+        await _serve_watched(uvicorn.Server(config), services.supervisor)
+    finally:
+        tracing.shutdown()  # export the spans still pending
+    return _exit_code(services.supervisor)
+
+
+async def _serve_watched(server: Any, supervisor: Supervisor) -> None:
+    """``server.serve()``, stopped once the process cannot go on (``parley.supervision``)."""
+
+    async def stop_when_fatal() -> None:
+        await supervisor.fatal.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_fatal())
     try:
         await server.serve()
     finally:
         watcher.cancel()
-        tracing.shutdown()  # export the spans still pending
-    return _exit_code(services)
 
 
-async def _stop_when_fatal(services: Services, server: Any) -> None:
-    """Stop the HTTP server once the process cannot go on (``parley.supervision``)."""
-    await _stop_on(services.supervisor, server)
-
-
-async def _stop_on(supervisor: Supervisor, server: Any) -> None:
-    await supervisor.fatal.wait()
-    server.should_exit = True
-
-
-def _exit_code(services: Services) -> int:
+def _exit_code(supervisor: Supervisor) -> int:
     """0, or 1 with the reason when the process stopped because it could not go on."""
-    if services.supervisor.fatal.is_set():
-        return _fail(f"stopped: {services.supervisor.reason}")
+    if supervisor.fatal.is_set():
+        return _fail(f"stopped: {supervisor.reason}")
     return 0
 
 
@@ -254,18 +255,13 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     )
     log.info("engine serving %s on http://%s:%d/v1", name, settings.host, settings.port)
     _freeze_startup_objects()
-    http = uvicorn.Server(config)
     supervisor = Supervisor()  # an engine that failed for good: exit 1
     supervisor.watch_engine(engine)
-    watcher = asyncio.create_task(_stop_on(supervisor, http))
     try:
-        await http.serve()
+        await _serve_watched(uvicorn.Server(config), supervisor)
     finally:
-        watcher.cancel()
         await supervisor.close()
-    if supervisor.fatal.is_set():
-        return _fail(f"stopped: {supervisor.reason}")
-    return 0
+    return _exit_code(supervisor)
 
 
 def _freeze_startup_objects() -> None:
@@ -303,7 +299,7 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     if metrics is not None:
         await metrics.stop()
     tracing.shutdown()  # export the spans still pending
-    return _exit_code(services)
+    return _exit_code(services.supervisor)
 
 
 def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | None:
