@@ -78,6 +78,7 @@ MUTATIONS = (
         "            await self._bus.append(run.id, event, fence=run.attempts)",
         "            await self._bus.append(run.id, event)",
         (
+            "tests/runs/test_fence.py",
             "tests/faults/test_kills.py::"
             "test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_its_stream",
         ),
