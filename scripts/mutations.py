@@ -39,6 +39,19 @@ class Mutation:
     tests: tuple[str, ...]
 
 
+_WRITE = (
+    "        await self.write(key, data)\n"
+    '        crash_point("archive.written")\n'
+    "        await self.verify(key, data)\n"
+)
+_MARK = (
+    "        async with self.db.transaction() as s:\n"
+    "            marked = await archives.mark_archived(s, snapshot, key=key, size=len(data))\n"
+    '        crash_point("archive.marked")\n'
+)
+_WRITE_THEN_MARK = _WRITE + _MARK
+_MARK_THEN_WRITE = _MARK + _WRITE
+
 MUTATIONS = (
     # -- issue 40's findings
     Mutation(
@@ -67,9 +80,12 @@ MUTATIONS = (
         "M3",
         "the archiver marks a chat archived before its object is written and verified",
         "src/parley/archive/archiver.py",
-        "        await self.write(key, data)\n        await self.verify(key, data)\n",
-        "",
-        ("tests/archive/test_cli.py::test_a_pass_killed_at_any_moment_loses_nothing",),
+        _WRITE_THEN_MARK,
+        _MARK_THEN_WRITE,
+        (
+            "tests/archive/test_cli.py::test_a_pass_killed_at_any_moment_loses_nothing",
+            "tests/archive/test_cli.py::test_a_pass_that_dies_at_each_step_of_a_move_loses_nothing",
+        ),
     ),
     Mutation(
         "M4",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from parley import logs
+from parley import crashpoints, logs
 from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
 from parley.capacity.cli import add_capacity_parser
@@ -130,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"parley: {e}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format, args.log_level)
+    crashpoints.arm(settings.crash_at)  # (tests only: refused in production)
     handler: Handler = args.handler
     try:
         return _run(handler(args, settings))

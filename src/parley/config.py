@@ -127,6 +127,12 @@ class Settings(BaseSettings):
         default=None, description="Spans' service.name; default parley-api, -worker or -serve."
     )
 
+    crash_at: str | None = Field(
+        default=None,
+        pattern=r"^[a-z]+\.[a-z]+(:[1-9][0-9]{0,5})?$",
+        description="Tests only (parley.crashpoints): die at this point; refused in production.",
+    )
+
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
 
@@ -318,6 +324,8 @@ class Settings(BaseSettings):
             raise ValueError("database_replica_url needs a Postgres database_url")
         if self.default_page_size > self.max_page_size:
             raise ValueError("default_page_size must not exceed max_page_size")
+        if self.environment is Environment.PRODUCTION and self.crash_at:
+            raise ValueError("crash_at is for tests: it is refused in production")
         if (
             self.environment is Environment.PRODUCTION
             and self.secret_key.get_secret_value() == DEFAULT_SECRET

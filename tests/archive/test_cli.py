@@ -23,6 +23,7 @@ from parley.archive.archiver import chat_key
 from parley.archive.codec import decode
 from parley.blobs.settings import BlobSettings
 from parley.blobs.store import build_blob_store
+from parley.crashpoints import KILLED
 from parley.domain import MessageRole, MessageStatus, new_id, utcnow
 from parley.store.database import Database
 from parley.store.schema import Chat, Message, User
@@ -163,6 +164,31 @@ def test_a_pass_killed_at_any_moment_loses_nothing(
     stats = json.loads(parley("stats", "--json", env=env).stdout)
     assert stats["archived_chats"] == stats["chats"] == CHATS
     assert stats["messages_in_database"] == 0 and stats["archived_bytes"] > 0
+
+
+@pytest.mark.parametrize(
+    ("point", "archived"), [("archive.written:10", 9), ("archive.marked:10", 10)]
+)
+def test_a_pass_that_dies_at_each_step_of_a_move_loses_nothing(
+    database_url: str,
+    blob_settings: dict[str, Any],
+    tmp_path: Path,
+    point: str,
+    archived: int,
+) -> None:
+    """The kill aimed at its window (``parley.crashpoints``): the pass dies on the spot
+    right after the 10th chat's object is written (not yet verified nor marked), or right
+    after the 10th chat is marked archived. Either way every chat is whole somewhere, and
+    the next pass archives the rest."""
+    asyncio.run(_seed(database_url, chats=CHATS))
+    env = _env(database_url, tmp_path, blob_settings)
+    died = parley("archive", "--idle-days", "365", env={**env, "PARLEY_CRASH_AT": point})
+    assert died.returncode == KILLED, died.stderr
+    assert asyncio.run(_check_nothing_lost(database_url, blob_settings, tmp_path)) == archived
+    r = parley("archive", "--idle-days", "365", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"archived {CHATS - archived} chats" in r.stdout
+    assert asyncio.run(_check_nothing_lost(database_url, blob_settings, tmp_path)) == CHATS
 
 
 def test_an_admin_exports_and_deletes_a_users_data(

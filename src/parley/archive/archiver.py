@@ -25,6 +25,7 @@ from parley.archive.codec import ArchivedChat, CorruptArchive, decode, encode
 from parley.blobs.interface import BlobNotFound, BlobStore, BlobStoreError
 from parley.blobs.settings import ArchiveSettings
 from parley.blobs.store import build_blob_store
+from parley.crashpoints import crash_point
 from parley.domain import utcnow
 from parley.errors import DependencyUnavailable
 from parley.store import archives
@@ -114,9 +115,11 @@ class Archiver:
         data = encode(chat, messages, runs)
         key = chat_key(chat.user_id, chat.id)
         await self.write(key, data)
+        crash_point("archive.written")
         await self.verify(key, data)
         async with self.db.transaction() as s:
             marked = await archives.mark_archived(s, snapshot, key=key, size=len(data))
+        crash_point("archive.marked")
         return len(data) if marked else None
 
     async def write(self, key: str, data: bytes) -> None:
