@@ -199,9 +199,12 @@ async def test_nothing_is_retried_after_the_first_token(
         assert good.served() == 0
 
 
-async def test_the_router_sees_the_load_the_replicas_report(
+async def test_the_router_counts_in_flight_what_the_replicas_report(
     fleet: Fleet, replicas: Replicas
 ) -> None:
+    """The router's own count of the runs it sent each replica equals what each replica's
+    /health reports. (It keeps its own count: it does not read the replicas' load, so load a
+    replica takes from elsewhere, another front or a direct client, is not seen.)"""
     fleet_replicas = replicas(2, inter_token_latency_ms=50, output_tokens=400)
     async with fleet([r.url for r in fleet_replicas]) as front:
         r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
