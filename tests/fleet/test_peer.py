@@ -1,15 +1,19 @@
 """parley in front of a third-party OpenAI-compatible server: llama.cpp's `llama-server`
-serving the bundled SmolLM2-135M-Instruct GGUF.
+serving the bundled SmolLM2-135M-Instruct GGUF: a chat answered, a stop that frees the
+server's slot, and a replica that dies while another serves on.
 
-The peer is built from source under build/peers by `bench/peers/llama_server.sh build`
-(minutes of C++; never a dependency of parley, so not part of `make test` on a fresh
-machine): `make peer-test` builds it and runs this module (marked ``peer``, which the
-default run deselects).
+The peer is built from source by `bench/peers/llama_server.sh` (minutes of C++; never a
+dependency of parley): `make peer-test` (part of `make test`, so of CI) builds it once per
+CPU into a cache outside the clone and runs this module with ``LLAMA_BIN`` naming the
+binary (marked ``peer``: the main, parallel run deselects it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ from tests.runs.helpers import send_json, stored_message, wait_run
 from tests.waiting import eventually, eventually_sync
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMA_SERVER = REPO / "build" / "peers" / "llama-server"
+LLAMA_SERVER = Path(os.environ.get("LLAMA_BIN", REPO / "build" / "peers" / "llama-server"))
 MODEL = "SmolLM2-135M-Instruct"
 # a busy 2-core machine can stall llama.cpp's spinning threads for seconds between tokens
 PATIENT = {"first_token_timeout_seconds": 60, "idle_timeout_seconds": 30}
@@ -36,21 +40,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.peer]
 class Llama:
     url: str
     log: Path
+    proc: subprocess.Popen[bytes]
 
     def cancels(self) -> int:
         """Requests llama-server has cancelled because their client left."""
         return self.log.read_text(errors="replace").count("stop: cancel task")
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
-    assert LLAMA_SERVER.exists(), "no build/peers/llama-server: `make peer-test` builds it"
+@contextlib.contextmanager
+def llama_server(folder: Path, threads: int = 2) -> Iterator[Llama]:
+    """One llama-server on a port of its own, serving the bundled model (4 slots)."""
+    assert LLAMA_SERVER.exists(), f"no {LLAMA_SERVER}: `make peer-test` builds it"
     port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    log = folder / f"llama-server-{port}.log"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LLAMA_SLOTS": "4",
+        "LLAMA_THREADS": str(threads),
+        "LLAMA_BIN": str(LLAMA_SERVER),
+    }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(REPO / "bench/peers/llama_server.sh"), "serve", str(port)],
-            env={"PATH": "/usr/bin:/bin", "LLAMA_SLOTS": "4", "LLAMA_THREADS": "2"},
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -65,10 +77,17 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
 
         try:
             eventually_sync(ready, "llama-server to load the model", timeout=120)
-            yield Llama(f"{base}/v1", log)
+            yield Llama(f"{base}/v1", log, proc)
         finally:
-            proc.terminate()
+            if proc.poll() is None:
+                proc.terminate()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    with llama_server(tmp_path_factory.mktemp("llama")) as server:
+        yield server
 
 
 def _slots_busy(url: str) -> int:
@@ -129,7 +148,7 @@ async def test_a_stop_frees_llama_servers_slot(fleet: Fleet, llama: Llama) -> No
         await eventually(
             lambda: asyncio.sleep(0, llama.cancels() > cancels_before),
             "llama-server to cancel the request parley closed",
-            timeout=2,
+            timeout=10,
         )
         await eventually(lambda: _idle(llama.url), "llama-server's slot to be freed", timeout=30)
         assert (await wait_run(front.client, front.auth, sent["run_id"]))["status"] == "cancelled"
@@ -137,3 +156,29 @@ async def test_a_stop_frees_llama_servers_slot(fleet: Fleet, llama: Llama) -> No
 
 async def _idle(url: str) -> bool:
     return _slots_busy(url) == 0
+
+
+async def test_a_replica_that_dies_leaves_the_ring_and_the_other_answers(
+    fleet: Fleet, llama: Llama, tmp_path: Path
+) -> None:
+    """Two llama-servers behind one model; one is killed (SIGKILL). Every message sent
+    after is answered by the other: a request that finds the dead one before its first
+    token is retried on the next replica, and the dead one leaves the ring."""
+    with llama_server(tmp_path, threads=1) as doomed:
+        async with fleet([doomed.url, llama.url], upstream_model=MODEL, **PATIENT) as front:
+            doomed.proc.send_signal(signal.SIGKILL)
+            doomed.proc.wait(timeout=30)
+            for i in range(4):  # chats hash to both replicas: some were the dead one's
+                r = await front.client.post("/api/chats", json={"title": "t"}, headers=front.auth)
+                chat_id = r.json()["id"]
+                sent = await send_json(
+                    front.client, front.auth, chat_id, f"Say hello ({i}).", max_tokens=8
+                )
+                run = await wait_run(front.client, front.auth, sent["run_id"], timeout=120)
+                assert run["status"] == "completed", run["error"]
+
+            async def left_the_ring() -> bool:
+                states = {s.base_url: s for s in front.router.states()}
+                return not states[doomed.url].healthy
+
+            await eventually(left_the_ring, "the dead replica to leave the ring", timeout=30)
