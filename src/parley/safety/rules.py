@@ -140,7 +140,7 @@ class OutputScan:
     still hold a match."""
 
     def __init__(self, compiled: _Compiled) -> None:
-        self._scans = (_FoldedScan(compiled, skeleton=False),)
+        self._scans = (_FoldedScan(compiled, skeleton=False), _FoldedScan(compiled, skeleton=True))
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
         """Take the answer's next piece: the verdict if it completes a blocked match, else
