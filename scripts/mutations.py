@@ -13,7 +13,8 @@ prove its name. The file is restored even when the run is interrupted. Not part 
 takes minutes a mutation); run it before calling a property proven, and name the figures.
 
 Postgres for the tests: ``PARLEY_TEST_POSTGRES_URL`` (default the local ``test`` database);
-nothing else may be using those databases meanwhile.
+nothing else may be using those databases meanwhile. The mutated file is in the work tree
+while its tests run: commit nothing meanwhile (a ``git add -A`` would take the mutation).
 """
 
 from __future__ import annotations
