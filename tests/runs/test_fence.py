@@ -50,12 +50,12 @@ async def test_a_worker_whose_fence_was_raised_appends_nothing_and_stops(
 
         await eventually(refused, "the worker's first append to be refused")
     entries = await run_services.bus.read(run_id, None, timeout=0)
-    seen = [(e.event.kind, e.event.data.get("status")) for e in entries]
+    kinds = [(e.event.kind, e.event.data.get("status")) for e in entries]
     # queued, and running if its append came before the fence: nothing of the answer
-    assert seen in (
+    assert kinds in (
         [(EventKind.STATUS, "queued")],
         [(EventKind.STATUS, "queued"), (EventKind.STATUS, "running")],
-    ), seen
+    ), kinds
 
     run = await wait_run(run_client, auth, run_id)
     assert run["status"] == "completed", run
