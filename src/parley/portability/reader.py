@@ -82,10 +82,15 @@ def read_import_files(
     files: Iterable[tuple[str, bytes]], *, limits: ImportLimits = DEFAULT_LIMITS
 ) -> ImportBatch:
     """Uploaded files, each read as ``read_import`` reads one, as one import of one source."""
+    documents = (d for name, data in files for d in _documents(name, data, limits))
+    return _batch(documents, limits)
+
+
+def _batch(documents: Iterable[tuple[str, object]], limits: ImportLimits) -> ImportBatch:
+    """The chats of ``documents`` (where each was found, its JSON value) as one import."""
     reading = _Reading(limits)
-    for name, data in files:
-        for where, value in _documents(name, data, limits):
-            reading.add(where, value)
+    for where, value in documents:
+        reading.add(where, value)
     if reading.source is None:
         raise unsupported("nothing to import")
     return ImportBatch(source=reading.source, chats=tuple(reading.chats))
@@ -178,12 +183,7 @@ def read_import_file(path: str, name: str, limits: ImportLimits) -> ImportBatch:
         else:
             file.seek(0)
             documents = _documents(name, file.read(), limits)
-    reading = _Reading(limits)
-    for where, value in documents:
-        reading.add(where, value)
-    if reading.source is None:
-        raise unsupported("nothing to import")
-    return ImportBatch(source=reading.source, chats=tuple(reading.chats))
+    return _batch(documents, limits)
 
 
 def _documents(name: str, data: bytes, limits: ImportLimits) -> list[tuple[str, object]]:
