@@ -29,8 +29,10 @@ def main(root: Path) -> int:
         print(line)
     if over:
         return 1
-    print(f"shape: {len(modules)} modules, none over {MAX_MODULE_LINES} lines, "
-          f"no function over {MAX_FUNCTION_LINES} lines")
+    print(
+        f"shape: {len(modules)} modules, none over {MAX_MODULE_LINES} lines, "
+        f"no function over {MAX_FUNCTION_LINES} lines"
+    )
     return 0
 
 

@@ -10,10 +10,12 @@ shows it, so a control reorders only the text it is in.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from parley.errors import ValidationFailed
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Letters and symbols that are drawn as nothing.
 BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5\u180e")
 # General categories of visible characters: letters, numbers, punctuation, symbols, and
@@ -42,3 +44,10 @@ def check_title(title: str) -> None:
             code="invalid_title",
             param="title",
         )
+
+
+def storable(text: str) -> str:
+    """Text every backend can store: NUL characters dropped (Postgres refuses them), lone
+    surrogates (JSON can spell them, UTF-8 cannot) replaced by U+FFFD. Applied to text that
+    comes from outside without a 400 to give: imports, and what an engine generates."""
+    return _SURROGATE.sub("\ufffd", text.replace("\x00", ""))

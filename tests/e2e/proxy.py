@@ -1,4 +1,5 @@
-"""A TCP proxy whose connections a test can cut: a real dropped connection mid-answer."""
+"""A TCP proxy whose connections a test can cut: a real dropped connection mid-answer, or a
+server that is down (its connections cut and new ones refused) until it is back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import threading
 
 
 class CuttableProxy:
-    """Forwards 127.0.0.1:<port> to ``upstream``; ``cut()`` drops every open connection."""
+    """Forwards 127.0.0.1:<port> to ``upstream``; ``cut()`` drops every open connection;
+    ``down()`` cuts them and refuses new ones until ``up()``."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
@@ -18,6 +20,7 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
+        self._down = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -34,6 +37,13 @@ class CuttableProxy:
             s.close()
         return len(sockets) // 2
 
+    def down(self) -> None:
+        self._down = True
+        self.cut()
+
+    def up(self) -> None:
+        self._down = False
+
     def close(self) -> None:
         self._closed = True
         self._listener.close()
@@ -45,6 +55,11 @@ class CuttableProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._down:
+                with contextlib.suppress(OSError):
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                client.close()  # a reset, as from a host with nothing listening
+                continue
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
             with self._lock:
                 self._open.update((client, upstream))

@@ -11,13 +11,18 @@ Four kinds of user, each with a chat of their own, spread over the api processes
 * **senders** send messages (JSON) and, on a 503, send again after Retry-After with the same
   Idempotency-Key until one is accepted;
 * **readers** page their chat list and history;
+* some sends (every third of a sender's, every third stream) have their response **dropped**
+  after the server answered it (``DroppingTransport``: the commit happened, the client sees
+  the connection fail) and are sent again with their key; some streams are **cut** by the
+  client after a few deltas and resumed from their last event id on the other api process;
 * the **probe** sends a short message every ``probe_interval`` s and on a 503 retries the
   same key every ``probe_interval`` s: the gaps between its accepted sends are what a
   failover costs writes.
 
 Every answer is recorded (``Record``): statuses by kind, any 5xx that is not a 503 with its
 body, transport errors, each message accepted (content → run id), each streamed answer,
-successful reads (for throughput) and the probe's accepted times.
+successful reads (for throughput), the probe's accepted times, and how many responses were
+dropped and streams cut.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ LOAD_TIERS = {
 }
 PASSWORD = "correct horse battery staple"
 JSON = {"Accept": "application/json"}
+CUT_AFTER = 5  # deltas a cut stream's first connection takes
 SSE = {"Accept": "text/event-stream"}
 
 
@@ -63,6 +69,8 @@ class Record:
     streamed: dict[str, str] = field(default_factory=dict)  # run id -> text its stream gave
     stream_errors: Counter[str] = field(default_factory=Counter)  # error events by code
     resumes: int = 0
+    dropped: list[str] = field(default_factory=list)  # contents whose response was dropped
+    cuts: int = 0  # streams the client cut and resumed
     reads: list[float] = field(default_factory=list)  # completion times of 2xx reads
     probe_ok: list[float] = field(default_factory=list)  # completion times of accepted sends
 
@@ -82,6 +90,28 @@ class Record:
         times = [t for t in self.probe_ok if start - 5 <= t <= end + 30]
         inside = [b - a for a, b in itertools.pairwise(times) if b >= start]
         return max(inside, default=float("nan"))
+
+
+class DroppingTransport(httpx.AsyncBaseTransport):
+    """Drops, once, the 2xx response to a request whose Idempotency-Key is in ``keys``: the
+    server handled the request (its commit made) and began to answer; the client sees the
+    connection fail, as when a proxy or a network loses a response."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.keys = keys
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        key = request.headers.get("Idempotency-Key")
+        if key is None or key not in self.keys or not 200 <= response.status_code < 300:
+            return response  # a refusal (503) is not dropped: the drop follows a commit
+        self.keys.discard(key)
+        await response.aclose()
+        raise httpx.ReadError("the test dropped this response", request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 @dataclass
@@ -112,8 +142,14 @@ class Load:
         self.stream_max_tokens = stream_max_tokens
         self.record = Record()
         self.users: dict[str, list[User]] = {}
+        self._drop: set[str] = set()  # Idempotency-Keys whose response is to be dropped
         self._clients = [
-            httpx.AsyncClient(base_url=b, timeout=httpx.Timeout(30, connect=5)) for b in bases
+            httpx.AsyncClient(
+                base_url=b,
+                timeout=httpx.Timeout(30, connect=5),
+                transport=DroppingTransport(self._drop),
+            )
+            for b in bases
         ]
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,7 +212,8 @@ class Load:
     async def _sender(self, user: User) -> None:
         n = 0
         while not self._stopping.is_set():
-            await self._send_until_accepted(user, f"{user.email} says {n}", "send")
+            drop = n % 3 == 1
+            await self._send_until_accepted(user, f"{user.email} says {n}", "send", drop=drop)
             n += 1
             await self._pause(0.3)
 
@@ -198,10 +235,12 @@ class Load:
         *,
         retry: float | None = None,
         max_tokens: int | None = None,
+        drop: bool = False,
     ) -> None:
         """POST the message until accepted (2xx), the same Idempotency-Key each time; a
-        503 waits its Retry-After (or ``retry`` s). Given up 60 s after the load stopped."""
-        key = uuid.uuid4().hex
+        503 waits its Retry-After (or ``retry`` s). Given up 60 s after the load stopped.
+        ``drop``: the first response the server gives is dropped."""
+        key = self._key(content, drop)
         body: dict[str, Any] = {"content": content}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
@@ -219,6 +258,13 @@ class Load:
                     self.record.unfinished.append(content)
                     return
             await asyncio.sleep(retry if retry is not None else _retry_after(r))
+
+    def _key(self, content: str, drop: bool) -> str:
+        key = uuid.uuid4().hex
+        if drop:
+            self._drop.add(key)
+            self.record.dropped.append(content)
+        return key
 
     async def _post(
         self, user: User, body: dict[str, Any], key: str, kind: str, accept: dict[str, str]
@@ -257,17 +303,27 @@ class Load:
     async def _streamer(self, user: User) -> None:
         n = 0
         while not self._stopping.is_set():
-            await self._stream_one(user, f"{user.email} streams {n}")
+            await self._stream_one(
+                user, f"{user.email} streams {n}", drop=n % 3 == 2, cut=n % 3 == 1
+            )
             n += 1
             await self._pause(0.2)
 
-    async def _stream_one(self, user: User, content: str) -> None:
-        """One message streamed to its ``done``, across refusals, error events and cuts."""
-        key = uuid.uuid4().hex
+    async def _stream_one(self, user: User, content: str, *, drop: bool, cut: bool) -> None:
+        """One message streamed to its ``done``, across refusals, error events and cuts;
+        ``drop``: the first response to its POST is dropped; ``cut``: the client cuts its
+        first connection after ``CUT_AFTER`` deltas."""
+        key = self._key(content, drop)
         body: dict[str, Any] = {"content": content}
         if self.stream_max_tokens is not None:
             body["max_tokens"] = self.stream_max_tokens
-        state: dict[str, Any] = {"run": None, "last": None, "text": "", "wait": 0.0}
+        state: dict[str, Any] = {
+            "run": None,
+            "last": None,
+            "text": "",
+            "wait": 0.0,
+            "cut": CUT_AFTER if cut else None,
+        }
         give_up = None
         while True:
             done = await self._follow(user, body, key, state)
@@ -328,6 +384,12 @@ class Load:
             elif ev.event == "delta":
                 replace = bool(ev.data.get("replace"))
                 state["text"] = ev.data["text"] if replace else state["text"] + ev.data["text"]
+                if state["cut"] is not None and ev.id is not None:
+                    state["cut"] -= 1
+                    if state["cut"] == 0:  # the client goes away mid-answer, then resumes
+                        state["cut"] = None
+                        self.record.cuts += 1
+                        return False
             elif ev.event == "error":
                 self.record.stream_errors[ev.data["code"]] += 1
                 if ev.data["code"] == "dependency_unavailable":
@@ -356,6 +418,7 @@ class Stored:
     twice: dict[str, int]  # user messages stored more than once, by content
     missing: list[str]  # accepted messages not stored exactly once
     differ: dict[str, tuple[str, str | None]]  # run -> (text streamed, answer stored)
+    not_completed: dict[str, str]  # accepted runs that did not end completed -> their status
 
     @property
     def open_runs(self) -> dict[str, int]:
@@ -369,6 +432,8 @@ class Stored:
             found.append(f"messages stored twice: {list(self.twice.items())[:5]}")
         if self.missing:
             found.append(f"accepted messages not stored once: {self.missing[:5]}")
+        if self.not_completed:
+            found.append(f"accepted runs not completed: {list(self.not_completed.items())[:5]}")
         if self.differ:
             found.append(f"streamed answers unlike the stored: {list(self.differ.items())[:3]}")
         return found
@@ -399,6 +464,8 @@ async def check_stored(database_url: str, record: Record, *, wait: float = 60) -
             on = Message.id == Run.assistant_message_id
             joined = await s.execute(select(Run.id, Message.content).join(Message, on))
             answers: dict[str, str] = {run: text for run, text in joined.all()}
+            ends = await s.execute(select(Run.id, Run.status))
+            statuses = {run: RunStatus(status).value for run, status in ends.all()}
     finally:
         await db.dispose()
     return Stored(
@@ -409,5 +476,10 @@ async def check_stored(database_url: str, record: Record, *, wait: float = 60) -
             run: (text, answers.get(run))
             for run, text in record.streamed.items()
             if answers.get(run) != text
+        },
+        not_completed={
+            run: statuses.get(run, "missing")
+            for run in record.accepted.values()
+            if statuses.get(run) != RunStatus.COMPLETED.value
         },
     )

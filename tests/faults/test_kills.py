@@ -16,6 +16,8 @@ import pytest
 import redis
 
 from tests.builders import BACKENDS, REDIS_URL, truncate
+from tests.faults.conftest import via
+from tests.faults.proxy import FaultProxy
 from tests.processes import Cluster, cluster_env
 from tests.sse import Event, events, text_of
 from tests.waiting import eventually
@@ -205,14 +207,23 @@ async def test_sigkill_before_the_first_token_requeues_and_another_worker_finish
 
 
 async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_its_stream(
-    cluster: Cluster,
+    cluster: Cluster, postgres_url: str, postgres_proxy: FaultProxy
 ) -> None:
     """SIGSTOP a worker past its lease before its first token: the sweeper re-queues the
     run and another worker answers it. When the first worker wakes (SIGCONT) mid-answer,
     the stream's fence refuses its appends: the text a client reads from the start is the
-    stored message, and the stream holds one ``done``."""
+    stored message, and the stream holds one ``done``.
+
+    The window is aimed at, not hoped for: the first worker reaches Postgres through a
+    proxy that is cut before it wakes, so its lease renewal (which would see the lease
+    lost and stop it before it appends) fails, and its first token meets the fence. The
+    test waits for the line the fence's refusal logs."""
     _, base = cluster.api()
-    stale = cluster.worker(PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="1500")
+    stale = await asyncio.to_thread(
+        cluster.worker,
+        PARLEY_FAKE_ENGINE__TIME_TO_FIRST_TOKEN_MS="1500",
+        PARLEY_DATABASE_URL=via(postgres_url, postgres_proxy.port),
+    )
     auth = await _login(base)
     chat_id = await _chat(base, auth)
     run_id = await _submit(base, auth, chat_id)
@@ -225,7 +236,8 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
     await eventually(running, "the first worker to start the run", timeout=15)
     stale.proc.send_signal(signal.SIGSTOP)
     try:
-        cluster.worker()  # the sweeper re-queues the run once the lease lapses; this one takes it
+        # the sweeper re-queues the run once the lease lapses; this one takes it
+        await asyncio.to_thread(cluster.worker)
         seen: list[Event] = []
         async with (
             httpx.AsyncClient(base_url=base, timeout=60) as c,
@@ -234,12 +246,14 @@ async def test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_it
             async for ev in events(r):
                 seen.append(ev)
                 if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
+                    postgres_proxy.cut()  # its renewal fails: only the fence can stop it
                     stale.proc.send_signal(signal.SIGCONT)  # wakes mid-answer
                 if ev.event == "done":
                     break
     finally:
         stale.proc.send_signal(signal.SIGCONT)
-    stale.wait_log("lease lost")  # it woke, and tried to go on
+    # it woke, and its first append met the fence (attempt 2 is the other worker's)
+    await asyncio.to_thread(stale.wait_log, f"run {run_id}: attempt 1 is stale; stopping")
     statuses = [e.data["status"] for e in seen if e.event == "status"]
     assert statuses == ["queued", "running", "queued", "running"]
     assert seen[-1].data["status"] == "completed"

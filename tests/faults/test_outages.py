@@ -80,7 +80,11 @@ async def test_a_postgres_outage_refuses_with_503_and_heals(
     ready = await client.get("/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["store"] != "ok"
     assert (await client.get("/healthz")).status_code == 200
-    await asyncio.sleep(1.0)  # a few sweeps (every 0.3 s) and a lease renewal meet the outage
+
+    async def swept_twice() -> bool:  # sweeps (every 0.3 s) meet the outage, and say so
+        return sum(r.getMessage().startswith("sweep failed") for r in caplog.records) >= 2
+
+    await eventually(swept_twice, "two sweeps to meet the outage", timeout=15)
 
     postgres_proxy.restore()
     await recovered(client, auth, chat_id)

@@ -3,11 +3,20 @@ key is gone at once — the run queue, the run streams and their fences, budgets
 are the Lua scripts it had loaded. The service must not lose a run or a message to it: runs
 that were queued are queued again from the database, a run being generated ends by the
 documented rule with its text kept, clients resuming get what the database holds, and new
-sends work without a restart of any process."""
+sends work without a restart of any process.
+
+The Redis here is a server of the test's own (``redis-server`` on a free port, nothing on
+disk), killed with SIGKILL and started again on its port: a real restart, not keys deleted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +24,7 @@ import pytest
 import redis.asyncio as redis
 
 from parley.config import Settings
-from tests.builders import BACKENDS, REDIS_URL
+from tests.builders import BACKENDS
 from tests.faults.helpers import (
     RECOVERY_SECONDS,
     no_run_left_open,
@@ -25,6 +34,7 @@ from tests.faults.helpers import (
 )
 from tests.faults.proxy import FaultProxy
 from tests.helpers import user_headers
+from tests.processes import free_port
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import events, text_of
 
@@ -40,25 +50,80 @@ def one_slot(split_settings: Settings) -> None:
     split_settings.requeue_stale_after_seconds = 1.5
 
 
-async def forget_everything(namespace: str) -> int:
-    """What a restart of a Redis that keeps nothing on disk does to this stack's keys (the
-    other tests' namespaces on the shared server are left alone) and its loaded scripts."""
-    r = redis.Redis.from_url(REDIS_URL)
+class RedisServer:
+    """A ``redis-server`` of the test's own on ``port``, keeping nothing on disk."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.directory = directory
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", str(self.directory)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def ready(self) -> None:
+        r = redis.Redis.from_url(self.url)
+        try:
+            for _ in range(100):
+                try:
+                    await r.ping()
+                    return
+                except redis.ConnectionError:
+                    await asyncio.sleep(0.1)
+            raise AssertionError(f"redis-server on {self.port} did not start")
+        finally:
+            await r.aclose()
+
+    async def keys(self) -> int:
+        r = redis.Redis.from_url(self.url)
+        try:
+            return int(await r.dbsize())
+        finally:
+            await r.aclose()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    async def restart(self) -> None:
+        """SIGKILL, then a new server on the same port: every key and script gone."""
+        self.kill()
+        self.start()
+        await self.ready()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
     try:
-        keys = [k async for k in r.scan_iter(match=f"{namespace}:*", count=1000)]
-        if keys:
-            await r.delete(*keys)
-        await r.script_flush()
-        return len(keys)
+        yield server
     finally:
-        await r.aclose()
+        server.kill()
+
+
+@pytest.fixture
+async def redis_proxy(own_redis: RedisServer) -> AsyncIterator[FaultProxy]:
+    """The bus reaches the test's own Redis (through the proxy, as the fault suite does)."""
+    await own_redis.ready()
+    proxy = await FaultProxy("127.0.0.1", own_redis.port).start()
+    yield proxy
+    await proxy.close()
 
 
 async def test_a_redis_restart_that_loses_every_key_loses_no_run_and_no_message(
     one_slot: None,
     client: httpx.AsyncClient,
     redis_proxy: FaultProxy,
-    bus_namespace: str,
+    own_redis: RedisServer,
     postgres_url: str,
 ) -> None:
     auth = await user_headers(client, "ada@example.com")
@@ -68,9 +133,10 @@ async def test_a_redis_restart_that_loses_every_key_loses_no_run_and_no_message(
 
     async def restart() -> None:
         queued.update(await send_json(client, auth, second_chat))  # waits for the one slot
+        lost.append(await own_redis.keys())
         redis_proxy.cut()
-        lost.append(await forget_everything(bus_namespace))
-        await asyncio.sleep(0.5)
+        await own_redis.restart()
+        assert await own_redis.keys() == 0
         redis_proxy.restore()
 
     restarting: list[asyncio.Task[None]] = []

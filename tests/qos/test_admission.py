@@ -241,6 +241,23 @@ async def test_a_user_on_an_unlimited_tier_is_never_shed(
         assert body["model"] == FAKE_MODEL and body["downgraded_from"] is None
 
 
+def empty_polls(services: Services, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, counts (in the list's one item) the worker's looks at the queue that
+    found nothing it may take."""
+    bus = services.bus
+    dequeue = bus.dequeue
+    count = [0]
+
+    async def counted(*args: Any, **kw: Any) -> Any:
+        item = await dequeue(*args, **kw)
+        if item is None:
+            count[0] += 1
+        return item
+
+    monkeypatch.setattr(bus, "dequeue", counted)
+    return count
+
+
 RESERVE_TIERS = {"free": {**TIERS["free"], "max_load": None}, "pro": TIERS["pro"]}
 
 
@@ -252,7 +269,7 @@ LONG = {**SLOW, "time_to_first_token_ms": 8000, "slots": 4}
     "run_overrides", [settings(tiers=RESERVE_TIERS, reserved_slots=1, fake_engine=LONG)]
 )
 async def test_the_top_tier_finds_its_reserved_slot_free(
-    run_client: httpx.AsyncClient, run_services: Services
+    run_client: httpx.AsyncClient, run_services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """4 slots, 1 reserved: free runs take 3 and queue behind them; a pro run starts at
     once in the fourth (handed off or dequeued alike); the next pro run waits for a slot."""
@@ -268,8 +285,14 @@ async def test_the_top_tier_finds_its_reserved_slot_free(
         return engine.busy_slots == 3
 
     await eventually(three_busy, "free runs in 3 of the 4 slots")
-    await asyncio.sleep(0.3)  # and no more: the fourth is kept
-    assert engine.busy_slots == 3
+    polls = empty_polls(run_services, monkeypatch)
+
+    async def looked_twice() -> bool:  # in the reserve: top-tier runs only, none there
+        return polls[0] >= 2
+
+    await eventually(looked_twice, "the worker to look at the queue twice with the slot free")
+    assert engine.busy_slots == 3  # and it took no free run: the fourth is kept
+    assert await run_services.bus.queue_length() == 3
     top = (await post(run_client, pro, pro_chat)).json()["run_id"]
 
     async def started(run_id: str) -> bool:
@@ -286,7 +309,8 @@ async def test_the_top_tier_finds_its_reserved_slot_free(
 
     await eventually(four_busy, "the pro run in the fourth slot")
     second = (await post(run_client, pro, pro_chat)).json()["run_id"]
-    await asyncio.sleep(0.3)
-    assert not await started(second)  # every slot is busy now
+    assert run_services.worker is not None
+    assert run_services.worker.free_slots == 0  # every slot held: nothing more is claimed
+    assert not await started(second)
     assert engine.busy_slots == 4
     assert await run_services.bus.queue_length() == 4  # 3 free runs and the second pro

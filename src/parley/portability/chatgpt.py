@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from parley.domain import MessageRole, utcnow
-from parley.portability.document import ImportedChat, ImportedMessage, storable
-from parley.text import has_visible
+from parley.portability.document import ImportedChat, ImportedMessage
+from parley.text import has_visible, storable
 
 DEFAULT_TITLE = "Imported chat"
 MAX_TITLE_CHARS = 200  # parley's default ``max_title_chars``

@@ -13,7 +13,6 @@ kept, ids not (the store gives new ones: an imported id could be another user's)
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,8 +22,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
 from parley.store.schema import Chat, Message, Run, User
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from parley.text import storable
 
 EXPORT_FORMAT: Final = "parley.export"
 EXPORT_VERSION: Final = 1
@@ -255,9 +253,3 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
             for m in sorted(doc.messages, key=lambda m: m.seq)
         ),
     )
-
-
-def storable(text: str) -> str:
-    """Text every backend can store: NUL characters dropped, lone surrogates (JSON can
-    spell them, UTF-8 cannot) replaced by U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text.replace("\x00", ""))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -39,6 +39,7 @@ from parley.store.database import Database
 from parley.store.routing import Reads
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
+from parley.text import storable
 
 # storing a run's end through an outage: the first retry after this long, doubling to the cap
 RETRY_FIRST_SECONDS = 0.1
@@ -95,12 +96,30 @@ class Finisher:
                 return await self.finish(run_id, outcome, guard)
             except OUTAGE_EXCEPTIONS as e:
                 if outage(e) is None:  # a fault of the write itself: retrying cannot help
-                    raise
+                    return await self._finish_unstorable(run_id, outcome, guard, e)
                 log.warning(
                     "run %s: storing its end failed (%r); retrying in %.1f s", run_id, e, delay
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP_SECONDS)
+
+    async def _finish_unstorable(
+        self, run_id: str, outcome: Outcome, guard: Guard, error: Exception
+    ) -> Run | None:
+        """The database refused the outcome itself (not an outage): the run still ends,
+        failed, without the text it could not keep, rather than stay running for ever."""
+        log.error("run %s: its end could not be stored (%r); ending it failed", run_id, error)
+        failed = Outcome(
+            RunStatus.FAILED,
+            "",
+            outcome.prompt_tokens,
+            outcome.completion_tokens,
+            "error",
+            "internal_error",
+            "the answer could not be stored",
+            outcome.cached_tokens,
+        )
+        return await self.finish(run_id, failed, guard)
 
     async def finish(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
         """End the run with ``outcome`` if ``guard`` still holds; the ended run, or None if
@@ -124,7 +143,7 @@ class Finisher:
         return await run_records.finish(
             s,
             run_id=run_id,
-            outcome=outcome,
+            outcome=replace(outcome, content=storable(outcome.content)),
             from_status=guard.from_status,
             worker_id=guard.worker_id,
             lease_expired=guard.lease_expired,

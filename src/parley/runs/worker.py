@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import socket
+from dataclasses import replace
 from datetime import timedelta
 
 from parley import logs
@@ -47,6 +48,7 @@ from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
+from parley.text import storable
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,11 @@ class Worker:
         self._finishing: dict[str, Run] = {}  # ends being stored: their leases still held
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+
+    @property
+    def free_slots(self) -> int:
+        """Slots free for a run now (0: nothing more is claimed until one frees)."""
+        return self._slots._value
 
     @property
     def lease(self) -> timedelta:
@@ -298,7 +305,9 @@ class Worker:
         if self._metrics is not None:  # time to first token, inter-token latency
             stream = self._metrics.timed(run, stream)
         try:
-            async for delta in stream:
+            async for generated in stream:
+                # what the stream carries is what the store keeps: no NUL, no lone surrogate
+                delta = replace(generated, text=storable(generated.text))
                 if delta.text or delta.tokens:
                     event = delta_event(delta.text, delta.tokens)
                     if not await self._append(run, event, progress):
