@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +101,34 @@ MUTATIONS = (
             "tests/faults/test_kills.py::"
             "test_a_worker_that_wakes_after_its_run_was_requeued_cannot_write_to_its_stream",
         ),
+    ),
+    # -- budgets, resume, admission
+    Mutation(
+        "M5",
+        "a run's completion tokens are not charged",
+        "src/parley/qos/budget.py",
+        "        used = (run.prompt_tokens or 0) + (run.completion_tokens or 0)",
+        "        used = run.prompt_tokens or 0",
+        (
+            "tests/qos/test_settlement.py::"
+            "test_a_run_the_sweeper_fails_is_charged_prompt_and_completion",
+        ),
+    ),
+    Mutation(
+        "M6",
+        "a resume ignores its Last-Event-ID (replays from the start)",
+        "src/parley/runs/relay.py",
+        "        after = resume_after(last_event_id)",
+        "        after = resume_after(last_event_id) and None",
+        ("tests/runs/test_relay.py::test_resume_after_random_cuts_is_exact",),
+    ),
+    Mutation(
+        "M7",
+        "the top tier's reserved slot is given to any run",
+        "src/parley/runs/worker.py",
+        "        return free <= self._settings.reserved_slots",
+        "        return free < self._settings.reserved_slots",
+        ("tests/qos/test_admission.py::test_the_top_tier_finds_its_reserved_slot_free",),
     ),
     # -- issue 39's properties
     Mutation(
@@ -230,6 +259,8 @@ def run(mutation: Mutation, runs: int) -> tuple[int, int, float]:
 
 
 def main() -> int:
+    # a SIGTERM (a timeout, a kill) unwinds like Ctrl-C: the mutated file is put back
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ids", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--runs", type=int, default=1, help="test runs per mutation")

@@ -1,4 +1,4 @@
-"""The README's curl session, run as written against a live `parley serve`."""
+"""The API page's curl session (docs/API.md), run as written against a live `parley serve`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "API.md"
 
 pytestmark = pytest.mark.slow
 
 
 def walkthrough_script() -> str:
-    text = README.read_text()
+    text = API_PAGE.read_text()
     match = re.search(r"<!-- walkthrough -->\n```bash\n(.*?)```\n<!-- /walkthrough -->", text, re.S)
-    assert match, "README lost its walkthrough block"
+    assert match, "docs/API.md lost its walkthrough block"
     return match.group(1)
 
 
@@ -53,3 +53,25 @@ def test_readme_curl_session(served: str) -> None:
     assert messages == {"object": "list", "data": [], "next_cursor": None}
     assert deleted == {"id": c1["id"], "object": "chat.deleted", "deleted": True}
     assert gone["error"]["code"] == "chat_not_found"
+
+
+def test_the_readme_quick_start_signs_up_makes_a_chat_and_streams_an_answer(served: str) -> None:
+    """The README's first API call and first send, as written (its two bash blocks)."""
+    text = (API_PAGE.parents[1] / "README.md").read_text()
+    match = re.search(r"<!-- quickstart -->\n(.*?)<!-- /quickstart -->", text, re.S)
+    assert match, "README lost its quick start blocks"
+    blocks = re.findall(r"```bash\n(.*?)```", match.group(1), re.S)
+    assert len(blocks) == 2, blocks
+    r = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + "".join(blocks)],
+        env={"BASE": served, "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("id: ") and "event: status" in r.stdout, r.stdout[:300]
+    assert "event: delta" in r.stdout
+    done = r.stdout.rsplit("event: done\ndata: ", 1)[1]
+    assert json.loads(done.splitlines()[0])["status"] == "completed"

@@ -1,4 +1,4 @@
-"""The README's curl session, through the HTTP API, on each backend."""
+"""The API page's curl session (docs/API.md), through the HTTP API, on each backend."""
 
 from __future__ import annotations
 
