@@ -97,7 +97,7 @@ def measure(precision: str, batch: int, rounds: int, lib: ctypes.CDLL) -> tuple[
         load_model(), BuiltinEngineConfig(kv_cache_tokens=8192, precision=Precision(precision))
     )
     native = engine.core.runner.model.native
-    if native is None:
+    if not isinstance(native, NativeDecoder):
         raise SystemExit(f"{precision}: no native decode step here")
     mats = matrices(native)
     ptrs = (ctypes.c_void_p * len(mats))(*(a for a, _ in mats))

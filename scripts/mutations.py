@@ -61,8 +61,7 @@ MUTATIONS = (
         "the finisher gives up instead of retrying while the database is away",
         "src/parley/runs/finisher.py",
         "                if outage(e) is None:  # a fault of the write itself: retrying "
-        "cannot help\n                    return await self._finish_unstorable(run_id, outcome, "
-        "guard, e)",
+        "cannot help\n                    raise",
         "                raise",
         (
             "tests/faults/test_failover.py::test_two_failovers_under_load_lose_nothing_and_answer_no_500",

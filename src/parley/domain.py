@@ -32,6 +32,18 @@ def in_prompt(role: MessageRole, status: MessageStatus, content: str) -> bool:
     )
 
 
+class FinishReason(StrEnum):
+    """Why a run's answer ended: the engine's reasons (``STOP``, ``LENGTH``, ``ABORT``) and
+    the run's own (cancelled by its user, failed, stopped by the content policy)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+    CONTENT_FILTER = "content_filter"
+
+
 class RunStatus(StrEnum):
     """The life of one generation: queued → running → one of TERMINAL."""
 

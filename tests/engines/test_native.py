@@ -15,7 +15,7 @@ from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.native import build
 from parley.engines.builtin.native.build import NativeUnavailable
 from parley.engines.builtin.native.decoder import MAX_ROWS
-from parley.engines.builtin.native.mode import NativeMode, attach_native
+from parley.engines.builtin.native.mode import NativeMode, attach_native, use_native
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.settings import BuiltinEngineSettings
@@ -226,7 +226,7 @@ def test_the_avx2_and_plain_builds_answer_as_this_cpu_s(
     prompts = PROMPTS[:4]
     want_tokens, want = decode_logits(tiny_model(precision=precision, native=True), 10, prompts)
     model = tiny_model(precision=precision)
-    model.use_native(cache_dir=tmp_path, march=march)
+    use_native(model, cache_dir=tmp_path, march=march)
     got_tokens, got = decode_logits(counting(model), 10, prompts)
     assert got_tokens == want_tokens and calls(model) > 0
     for a, b in zip(got, want, strict=True):

@@ -19,6 +19,7 @@ from parley.engines.builtin.core import EngineCore
 from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
 from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.native.mode import use_native
 from parley.engines.builtin.sequence import SamplingParams, Sequence
 from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
 from tests.waiting import eventually
@@ -67,7 +68,7 @@ def engine(loaded: LoadedModel, native: bool = False) -> EngineCore:
     decode steps of up to 4 rows in the native decode step)."""
     model = LlamaModel.from_hf(loaded.config, loaded.weights)
     if native:
-        model.use_native()
+        use_native(model)
     assert model.pack_weights() == 4 * loaded.config.num_layers + 1
     return EngineCore(model, num_blocks=512, block_size=16)
 

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from parley.engines.builtin.config import ModelConfig
 from parley.engines.builtin.loader import expected_shapes
 from parley.engines.builtin.model import LlamaModel
+from parley.engines.builtin.native.mode import use_native
 from parley.engines.builtin.precision import Precision
 
 TINY = ModelConfig(
@@ -53,7 +54,7 @@ def tiny_model(
 ) -> LlamaModel:
     model = LlamaModel.from_hf(TINY, tiny_weights(seed), precision)
     if native:
-        model.use_native()
+        use_native(model)
     if packed:
         model.pack_weights()
     return model

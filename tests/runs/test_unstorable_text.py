@@ -2,7 +2,9 @@
 
 A model can emit a NUL character (a byte token ``<0x00>``) and an upstream's JSON can spell a
 lone surrogate: Postgres refuses both. The stream and the stored answer carry the same text,
-without them; and an end the database refuses for any other reason still ends the run.
+without them. An end the database refuses for any other reason is not retried by the worker
+(retrying cannot help): the run's lease lapses, and the sweeper, refused the streamed text as
+well, ends the run failed without it: nothing is left running.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ ANSWER = "one\x00 two \ud800three four\x00"
 
 @pytest.fixture
 def run_overrides() -> dict[str, Any]:
-    return {"fake_engine": {"answer": ANSWER}}
+    return {"fake_engine": {"answer": ANSWER}, "lease_seconds": 1}
 
 
 async def test_a_nul_or_lone_surrogate_in_the_answer_is_dropped_from_stream_and_store(
@@ -59,7 +61,7 @@ async def test_an_end_the_database_refuses_still_ends_the_run_failed(
     chat_id = await new_chat(run_client, auth)
     sent = await send_json(run_client, auth, chat_id, "hi")
     run = await wait_run(run_client, auth, sent["run_id"])
-    assert refused == [sent["run_id"]]
+    assert refused == [sent["run_id"]] * 2  # the worker's end, then the sweeper's
     assert run["status"] == "failed"
     assert run["error"]["code"] == "internal_error"
     message = await stored_message(run_client, auth, chat_id, sent["message_id"])

@@ -138,7 +138,7 @@ async def test_the_api_reads_history_from_the_replica_unless_the_user_just_wrote
         assert reads.served == {"replica": 2, "primary": 2}
 
         # a run of ada's that ends (here: the finisher ending it while queued) marks her
-        ended = Outcome(RunStatus.CANCELLED, "", None, 0)
+        ended = Outcome(status=RunStatus.CANCELLED)
         assert await replicated.finisher.finish(sent["run_id"], ended, Guard(RunStatus.QUEUED))
         messages = await client.get(f"/api/chats/{chat_id}/messages", headers=auth)
         assert messages.json()["data"][0]["status"] == "cancelled"

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from parley.accounts.service import Principal
+    from parley.accounts.principal import Principal
 
 MAX_ENTRIES = 10_000
 

@@ -11,6 +11,7 @@ from parley.accounts import tokens
 from parley.accounts.credential_cache import CredentialCache
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
+from parley.accounts.principal import Principal
 from parley.accounts.throttle import AccountThrottles
 from parley.config import Settings
 from parley.domain import CredentialKind, is_id, utcnow
@@ -19,17 +20,6 @@ from parley.store import credentials, users
 from parley.store.database import Database
 from parley.store.schema import ApiKey, User
 from parley.store.schema import Session as SessionRow
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who a request acts for, and by which credential."""
-
-    user_id: str
-    email: str
-    tier: str
-    kind: CredentialKind
-    credential_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from parley import logs
-from parley.accounts.service import Principal
+from parley.accounts.principal import Principal
 from parley.domain import CredentialKind
 from parley.errors import PermissionDenied, Unauthenticated
 from parley.services import Services

@@ -14,8 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from parley.bus.interface import EventKind, StreamEntry
-from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE
+from parley.bus.interface import StreamEntry
+from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, FinishReason, RunStatus
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest, ParleyError, Unavailable
 from parley.openai.protocol import (
@@ -27,13 +27,21 @@ from parley.openai.protocol import (
     CompletionUsage,
     sse_data,
 )
+from parley.runs.events import (
+    Batch,
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    Ping,
+    StreamEvent,
+    decode,
+)
 from parley.runs.inputs import RunInput
 from parley.runs.requests import ProgramRequest
 
 # finish reasons of runs that did not complete (OpenAI has none for a stopped request;
 # vLLM's "abort" is the one OpenAI-compatible servers use)
 ABORTED = "abort"
-CONTENT_FILTER = "content_filter"  # an answer the content policy stopped (its text so far)
 MODERATED = frozenset({CONTENT_BLOCKED, MODERATION_UNAVAILABLE})
 
 
@@ -90,28 +98,33 @@ class Answer:
     usage: CompletionUsage = field(default_factory=CompletionUsage)
     error: ParleyError | None = None
 
-    def take(self, entry: StreamEntry) -> bool:
+    def take(self, entry: StreamEntry | Ping) -> bool:
         """Take one entry in; True once it was the run's ``done``."""
-        data = entry.event.data
-        match entry.event.kind:
-            case EventKind.DELTA:
-                if data.get("replace"):
+        return not isinstance(entry, Ping) and self.take_event(decode(entry.event))
+
+    def take_event(self, event: StreamEvent) -> bool:
+        """Take one event in; True once it was the run's ``done``."""
+        match event:
+            case DeltaEvent(text=text, replace=replace):
+                if replace:
                     self.text.clear()
-                self.text.append(data.get("text", ""))
-            case EventKind.ERROR if data.get("code") in MODERATED:
+                self.text.append(text)
+            case ErrorEvent(code=code) if code in MODERATED:
                 pass  # an answer moderation stopped ends as OpenAI's do: "content_filter"
-            case EventKind.ERROR:
-                self.error = run_error(data.get("code", "engine_error"), data.get("message", ""))
-            case EventKind.DONE:
-                self.finish_reason = finish_reason(data)
-                self.usage = CompletionUsage(**data.get("usage", {}))
+            case ErrorEvent(code=code, message=message):
+                self.error = run_error(code, message)
+            case DoneEvent():
+                self.finish_reason = finish_reason(event)
+                self.usage = CompletionUsage.model_validate(event.usage.model_dump())
                 return True
         return False
 
 
-def finish_reason(done: dict[str, object]) -> str:
-    reason = done.get("finish_reason")
-    if isinstance(reason, str) and (done.get("status") == "completed" or reason == CONTENT_FILTER):
+def finish_reason(done: DoneEvent) -> str:
+    reason = done.finish_reason
+    if reason is not None and (
+        done.status is RunStatus.COMPLETED or reason == FinishReason.CONTENT_FILTER
+    ):
         return reason
     return ABORTED
 
@@ -125,7 +138,7 @@ def run_error(code: str, message: str) -> ParleyError:
     return ParleyError(message, code=code)
 
 
-async def collect(batches: AsyncIterator[list[StreamEntry]]) -> Answer:
+async def collect(batches: AsyncIterator[Batch]) -> Answer:
     answer = Answer()
     async for batch in batches:
         for entry in batch:

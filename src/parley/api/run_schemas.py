@@ -4,13 +4,20 @@ events of a run's stream (part of the public contract, beside ``api/schemas.py``
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 from parley.api.schemas import Strict, Text
 from parley.domain import RunSource, RunStatus
 from parley.json_types import Integer, Number
+from parley.runs.events import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    StatusEvent,
+    Usage,
+)
 
 
 class MessageCreate(Strict):
@@ -60,19 +67,6 @@ class RunAccepted(BaseModel):
     model: str = Field(description="The model that serves the run.")
     downgraded_from: str | None = Field(
         None, description="The model asked for, when a busy service downgraded the run."
-    )
-
-
-class PromptTokensDetails(BaseModel):
-    cached_tokens: int = Field(description="Of the prompt, the tokens found in the prefix cache.")
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    prompt_tokens_details: PromptTokensDetails | None = Field(
-        None, description="Present once the engine said how much of the prompt it had cached."
     )
 
 
@@ -140,81 +134,9 @@ class RunOut(BaseModel):
     finished_at: datetime | None
 
 
-class StatusEventData(BaseModel):
-    """`event: status`: the run was queued (again) or started running. The first (queued)
-    names the model that serves the run, and the model asked for if a busy service
-    downgraded it."""
-
-    run_id: str
-    status: RunStatus
-    model: str | None = None
-    downgraded_from: str | None = None
-
-
-class DeltaEventData(BaseModel):
-    """`event: delta`: more text; with `replace`, the whole stored text instead."""
-
-    text: str
-    tokens: int
-    replace: bool = False
-
-
-class ErrorEventData(BaseModel):
-    """`event: error`: why the run failed or was rejected; `done` follows."""
-
-    code: str
-    message: str
-
-
-class DoneEventData(BaseModel):
-    """`event: done`: the last event of every run's stream."""
-
-    run_id: str
-    message_id: str | None = Field(description="None for a program's run without a chat.")
-    status: RunStatus
-    finish_reason: str | None
-    usage: Usage
-
-
-def sse_item_schema() -> dict[str, object]:
-    """One event of a run's SSE stream, in OpenAPI's shape for text/event-stream items."""
-    payloads: list[type[BaseModel]] = [
-        StatusEventData,
-        DeltaEventData,
-        ErrorEventData,
-        DoneEventData,
-    ]
-    return {
-        "type": "object",
-        "required": ["event", "data"],
-        "properties": {
-            "id": {"type": "string"},
-            "event": {"type": "string", "enum": ["status", "delta", "error", "done"]},
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                # the payload of the event named by `event` (a done payload also fits status)
-                "contentSchema": {"anyOf": [_inlined(m.model_json_schema()) for m in payloads]},
-            },
-            "retry": {"type": "integer"},
-        },
-    }
-
-
-def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
-    """A model's JSON schema with its ``$defs`` put in place: nested inside the document, a
-    ``#/$defs/…`` reference would point at the document's root, where there are none."""
-    defs: dict[str, Any] = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {key: resolve(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [resolve(item) for item in node]
-        return node
-
-    inlined: dict[str, Any] = resolve(schema)
-    return inlined
+# The stream's events, under the names the API has always given them (the types are
+# parley.runs.events's, whence the stream's OpenAPI schema too)
+StatusEventData = StatusEvent
+DeltaEventData = DeltaEvent
+ErrorEventData = ErrorEvent
+DoneEventData = DoneEvent

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest
+from parley.store import branches
 
 # A chat template's own tokens a message (ChatML: <|im_start|> role \n … <|im_end|> \n) and
 # for the assistant's opening; the exact count of the whole prompt corrects any difference
@@ -36,6 +37,21 @@ class ContextTooLong(InvalidRequest):
     """One message (or a program's prompt) larger than the input budget."""
 
     code = "context_length_exceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A run's new message: stored (``seq``), or about to be (``seq`` None)."""
+
+    content: str
+    model: str
+    tier: str
+    max_tokens: int
+    seq: int | None = None
+    # where a message about to be stored goes: after this one (an edit's place), or after
+    # the branch shown (``branches.ACTIVE``)
+    after: str | None = branches.ACTIVE
+    attachment_ids: tuple[str, ...] = ()  # not stored yet: the files it will be sent with
 
 
 @dataclass(frozen=True, slots=True)

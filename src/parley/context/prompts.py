@@ -15,7 +15,6 @@ from typing import Protocol
 
 import anyio
 
-from parley.attachments.prompt import attached, files_text
 from parley.config import Settings
 from parley.context.assembly import (
     MESSAGE_OVERHEAD,
@@ -23,17 +22,19 @@ from parley.context.assembly import (
     Assembled,
     Fixed,
     Limits,
+    NewMessage,
     Turn,
     compose,
     pick_snippets,
     refuse_too_long,
     window_start,
 )
+from parley.context.attachments import attached, files_text
 from parley.context.relevance import bears_on, excerpt, stems
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.qos.costs import PromptCounter
-from parley.store import branches, prompts
+from parley.store import prompts
 from parley.store.database import Database
 from parley.store.prompts import ChatRef, ChatSummary, Row
 from parley.store.schema import Message
@@ -62,21 +63,6 @@ class Retrieval(Protocol):
         before_seq: int,
         limit: int,
     ) -> list[Message]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class NewMessage:
-    """A run's new message: stored (``seq``), or about to be (``seq`` None)."""
-
-    content: str
-    model: str
-    tier: str
-    max_tokens: int
-    seq: int | None = None
-    # where a message about to be stored goes: after this one (an edit's place), or after
-    # the branch shown (``branches.ACTIVE``)
-    after: str | None = branches.ACTIVE
-    attachment_ids: tuple[str, ...] = ()  # not stored yet: the files it will be sent with
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +175,7 @@ class ChatContext:
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
         system = await self._system_tokens(new.model, fixed)
         limits = await self.limits(new.model, new.tier, new.max_tokens)
-        content = new.content + await files_text(  # (attachments/prompt.py)
+        content = new.content + await files_text(  # (context/attachments.py)
             files, new, limits, system[0], self._settings.attachments, await self.counter()
         )
         row = Row(new.seq or 0, MessageRole.USER.value, content)

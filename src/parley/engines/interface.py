@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+# the engines give the first three of the one enum of reasons (stop, length, abort)
+from parley.domain import FinishReason as FinishReason
+
 
 class EngineState(StrEnum):
     """Whether an engine can serve: ``ready``; ``restarting`` after a failure of its own
@@ -24,12 +27,6 @@ class EngineState(StrEnum):
     READY = "ready"
     RESTARTING = "restarting"
     FAILED = "failed"
-
-
-class FinishReason(StrEnum):
-    STOP = "stop"
-    LENGTH = "length"
-    ABORT = "abort"
 
 
 @dataclass(frozen=True, slots=True)

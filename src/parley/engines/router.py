@@ -36,6 +36,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from parley.config import ReplicaSettings, UpstreamSettings
+from parley.engines.estimate import estimate
 from parley.engines.interface import (
     ChatMessage,
     Delta,
@@ -46,7 +47,7 @@ from parley.engines.interface import (
     FinishReason,
     GenerationRequest,
 )
-from parley.engines.upstream import UpstreamEngine, estimate_prompt_tokens
+from parley.engines.upstream import UpstreamEngine
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class Router:
             self._prober = asyncio.create_task(self._probe_forever(), name="replica-probes")
 
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
-        return estimate_prompt_tokens(messages)
+        return estimate(messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         await self.start()

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from parley.config import UpstreamSettings
+from parley.engines.estimate import estimate
 from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
@@ -51,12 +52,6 @@ log = logging.getLogger(__name__)
 
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
 _ERROR_BODY_BYTES = 4096
-
-
-def estimate_prompt_tokens(messages: list[ChatMessage]) -> int:
-    """A prompt's length without the model's tokenizer: about four characters a token, plus a
-    few a message for the chat template. The upstream's ``usage`` replaces it once known."""
-    return sum(len(m.content) // 4 + 4 for m in messages) + 2
 
 
 class UpstreamEngine:
@@ -98,7 +93,7 @@ class UpstreamEngine:
         """Nothing runs in the background: connections open on demand."""
 
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
-        return estimate_prompt_tokens(messages)
+        return estimate(messages)
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         url = f"{self.base_url}/chat/completions"  # a span per request, its context sent on

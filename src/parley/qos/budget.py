@@ -25,8 +25,6 @@ from parley.store.schema import Run
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 3
-
 
 def bucket_of(tier: TierSettings) -> TokenBucket:
     return TokenBucket(capacity=tier.burst_tokens, per_minute=tier.tokens_per_minute)

@@ -29,17 +29,27 @@ import functools
 import importlib.util
 import json
 import logging
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parley.config import EngineKind, ModelSettings, Settings
+from parley.engines.estimate import (
+    MESSAGE_OVERHEAD_TOKENS as MESSAGE_OVERHEAD_TOKENS,
+)
+from parley.engines.estimate import (
+    PROMPT_OVERHEAD_TOKENS as PROMPT_OVERHEAD_TOKENS,
+)
+from parley.engines.estimate import (
+    estimate as estimate,
+)
+from parley.engines.estimate import (
+    estimate_text,
+)
 from parley.engines.interface import ChatMessage
 from parley.engines.registry import fake_engine, model_settings
 from parley.engines.settings import tokenizer_json
 from parley.errors import ConfigurationError, InvalidRequest
-from parley.qos.budget import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
@@ -48,12 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A chat template's own tokens, where no template is at hand: ChatML spends five a message
-# (<|im_start|> role \n … <|im_end|> \n) and three on the assistant's opening, Llama 3 five
-# and five (with <|begin_of_text|>): the larger of each. Never below
-# upstream.estimate_prompt_tokens' four and two, the worker's count without a tokenizer.
-MESSAGE_OVERHEAD_TOKENS = 5
-PROMPT_OVERHEAD_TOKENS = 5
 # a longer prompt is encoded off the event loop (about 1.5 ms of encoding)
 OFF_LOOP_CHARS = 8_000
 # the bundled default model's package (as parley.engines.builtin.loader finds it; that
@@ -65,25 +69,6 @@ DEFAULT_UPSTREAM_WINDOW = 8_192
 
 Count = Callable[[list[ChatMessage]], int]
 CountTexts = Callable[[list[str]], list[int]]
-
-
-def estimate(messages: list[ChatMessage]) -> int:
-    """Without a tokenizer: ``CHARS_PER_TOKEN`` characters a token, rounded up, plus every
-    UTF-8 byte past a character's first, plus the template's few tokens a message.
-
-    Real tokenizers average about four and a half characters a token on English prose, so
-    this errs high there. The bytes beyond the first keep it high where a byte-level
-    tokenizer spends up to a token a byte (CJK, emoji; SmolLM2: 0.4 characters a token);
-    ASCII text counts exactly ``ceil(chars / CHARS_PER_TOKEN)``. It is still low for runs of
-    digits (one token each), dense code or JSON (about two characters a token) and templates
-    that add a default system prompt (SmolLM2's: 20 tokens); settlement charges the rest.
-    """
-    return sum(_estimate_one(m.content) for m in messages) + PROMPT_OVERHEAD_TOKENS
-
-
-def _estimate_one(content: str) -> int:
-    extra_bytes = len(content.encode("utf-8", "surrogatepass")) - len(content)
-    return math.ceil(len(content) / CHARS_PER_TOKEN) + extra_bytes + MESSAGE_OVERHEAD_TOKENS
 
 
 class PromptCounter:
@@ -155,7 +140,7 @@ class PromptCounter:
             return count.texts(texts)
         if isinstance(count, functools.partial):  # the fake engine's: words
             return [len(text.split()) for text in texts]
-        return [_estimate_one(text) - MESSAGE_OVERHEAD_TOKENS for text in texts]
+        return [estimate_text(text) - MESSAGE_OVERHEAD_TOKENS for text in texts]
 
     async def count_texts_async(self, model: str, texts: list[str]) -> list[int]:
         """``count_texts``, in a thread for long texts (as ``count_async``)."""

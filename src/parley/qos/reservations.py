@@ -10,8 +10,8 @@ allowance) or the tier's ``max_input_tokens`` (400 ``context_length_exceeded``).
 
 from __future__ import annotations
 
-from parley.context.assembly import refuse_too_long
-from parley.context.prompts import ChatContext, NewMessage
+from parley.context.assembly import NewMessage, refuse_too_long
+from parley.context.prompts import ChatContext
 from parley.engines.interface import ChatMessage
 from parley.qos.budget import Budget
 from parley.store import prompts

@@ -3,15 +3,15 @@ used nothing); a running one is signalled to its worker, which ends it."""
 
 from __future__ import annotations
 
-from parley.accounts.service import Principal
+from parley.accounts.principal import Principal
 from parley.bus.interface import Bus
-from parley.domain import RunStatus
+from parley.domain import FinishReason, RunStatus
 from parley.runs.finisher import Finisher, Guard
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
-_CANCELLED = run_records.Outcome(RunStatus.CANCELLED, "", None, 0, "cancelled")
+_CANCELLED = run_records.Outcome(status=RunStatus.CANCELLED, finish_reason=FinishReason.CANCELLED)
 
 
 async def cancel(

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.bus.interface import Bus
-from parley.domain import RunStatus
+from parley.domain import FinishReason, RunStatus
 from parley.outages import OUTAGE_EXCEPTIONS, outage
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
@@ -96,12 +96,22 @@ class Finisher:
                 return await self.finish(run_id, outcome, guard)
             except OUTAGE_EXCEPTIONS as e:
                 if outage(e) is None:  # a fault of the write itself: retrying cannot help
-                    return await self._finish_unstorable(run_id, outcome, guard, e)
+                    raise
                 log.warning(
                     "run %s: storing its end failed (%r); retrying in %.1f s", run_id, e, delay
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP_SECONDS)
+
+    async def finish_or_fail(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        """``finish``; but if the database refuses the outcome itself (not an outage: its
+        text, say), the run ends failed without it rather than stay running for ever."""
+        try:
+            return await self.finish(run_id, outcome, guard)
+        except OUTAGE_EXCEPTIONS as e:
+            if outage(e) is not None:
+                raise
+            return await self._finish_unstorable(run_id, outcome, guard, e)
 
     async def _finish_unstorable(
         self, run_id: str, outcome: Outcome, guard: Guard, error: Exception
@@ -110,14 +120,13 @@ class Finisher:
         failed, without the text it could not keep, rather than stay running for ever."""
         log.error("run %s: its end could not be stored (%r); ending it failed", run_id, error)
         failed = Outcome(
-            RunStatus.FAILED,
-            "",
-            outcome.prompt_tokens,
-            outcome.completion_tokens,
-            "error",
-            "internal_error",
-            "the answer could not be stored",
-            outcome.cached_tokens,
+            status=RunStatus.FAILED,
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            finish_reason=FinishReason.ERROR,
+            error_code="internal_error",
+            error_message="the answer could not be stored",
+            cached_tokens=outcome.cached_tokens,
         )
         return await self.finish(run_id, failed, guard)
 

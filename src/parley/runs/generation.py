@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import anyio
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.context.assembly import Assembled, ContextTooLong
-from parley.context.prompts import ChatContext, NewMessage
+from parley.context.assembly import Assembled, ContextTooLong, NewMessage
+from parley.context.prompts import ChatContext
 from parley.context.summaries import Summaries
 from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus, new_id
 from parley.engines.interface import (

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from parley.domain import RunStatus
-from parley.engines.interface import Delta, EngineError, FinishReason
+from parley.domain import FinishReason, RunStatus
+from parley.engines.interface import Delta, EngineError
 from parley.outages import outage
 from parley.runs.moderated import OutputRefused
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
-
-CONTENT_FILTER = "content_filter"  # the finish reason of an answer moderation stopped
 
 
 @dataclass(slots=True)
@@ -53,24 +51,45 @@ class Progress:
         prompt = self.prompt_tokens if self.prompt_tokens is not None else prompt_tokens
         if self.cancelled:  # stopped before any output: it costs nothing
             prompt = prompt if self.tokens else None
-            return Outcome(RunStatus.CANCELLED, text, prompt, self.tokens, "cancelled")
-        if isinstance(self.error, OutputRefused):  # charged what the engine generated
-            tokens = max(self.tokens, self.error.generated)
-            refused = self.error
             return Outcome(
-                RunStatus.REJECTED,
-                text,
-                prompt,
-                tokens,
-                CONTENT_FILTER,
-                refused.code,
-                refused.message,
+                status=RunStatus.CANCELLED,
+                content=text,
+                prompt_tokens=prompt,
+                completion_tokens=self.tokens,
+                finish_reason=FinishReason.CANCELLED,
             )
+        if isinstance(self.error, OutputRefused):
+            return self._refused(self.error, text, prompt)
         code, message = self._failure()
         if code is not None:
-            return Outcome(RunStatus.FAILED, text, prompt, self.tokens, "error", code, message)
-        finish = (self.finish or FinishReason.STOP).value
-        return Outcome(RunStatus.COMPLETED, text, prompt, self.tokens, finish)
+            return Outcome(
+                status=RunStatus.FAILED,
+                content=text,
+                prompt_tokens=prompt,
+                completion_tokens=self.tokens,
+                finish_reason=FinishReason.ERROR,
+                error_code=code,
+                error_message=message,
+            )
+        return Outcome(
+            status=RunStatus.COMPLETED,
+            content=text,
+            prompt_tokens=prompt,
+            completion_tokens=self.tokens,
+            finish_reason=self.finish or FinishReason.STOP,
+        )
+
+    def _refused(self, refused: OutputRefused, text: str, prompt: int | None) -> Outcome:
+        """An answer the content policy stopped: charged what the engine generated."""
+        return Outcome(
+            status=RunStatus.REJECTED,
+            content=text,
+            prompt_tokens=prompt,
+            completion_tokens=max(self.tokens, refused.generated),
+            finish_reason=FinishReason.CONTENT_FILTER,
+            error_code=refused.code,
+            error_message=refused.message,
+        )
 
     def _failure(self) -> tuple[str | None, str | None]:
         if isinstance(self.error, EngineError):

@@ -21,10 +21,9 @@ from dataclasses import replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import CONTENT_BLOCKED, RunStatus
+from parley.domain import CONTENT_BLOCKED, FinishReason, RunStatus
 from parley.errors import ContentBlocked, ModerationUnavailable
 from parley.runs.finisher import Finisher
-from parley.runs.progress import CONTENT_FILTER
 from parley.safety.interface import Stage
 from parley.safety.moderator import Moderator, Ruling
 from parley.store import chats, new_runs
@@ -74,7 +73,12 @@ class Refusals:
                 await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
             return await new_runs.create_run(s, new)
 
-        outcome = Outcome(RunStatus.REJECTED, "", None, 0, CONTENT_FILTER, ruling.code, message)
+        outcome = Outcome(
+            status=RunStatus.REJECTED,
+            finish_reason=FinishReason.CONTENT_FILTER,
+            error_code=ruling.code,
+            error_message=message,
+        )
         try:
             return await self._finisher.made_ended(make, outcome)
         except new_runs.DuplicateIdempotencyKey:

@@ -17,13 +17,13 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from parley.accounts.service import Principal
-from parley.bus.interface import Bus, EventKind, RunEvent, StreamEntry, valid_entry_id
+from parley.accounts.principal import Principal
+from parley.bus.interface import Bus, EventKind, StreamEntry, valid_entry_id
 from parley.config import Settings
 from parley.errors import DependencyUnavailable, InvalidRequest, RateLimited
 from parley.observability.metrics import Metrics
 from parley.outages import OUTAGE_EXCEPTIONS, outage
-from parley.runs.events import delta_event, done_event, error_event, sse_frame, sse_ping
+from parley.runs.events import PING, Batch, delta_event, done_event, error_event, sse_frame
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 END_GRACE_SECONDS = 0.5
 STORED_ID = "0-1"
 STORED_DONE_ID = "0-2"
-PING = StreamEntry("", RunEvent(EventKind.STATUS, {}))
-"""Not an entry of any stream: what the relay yields after each quiet interval."""
 
 
 class Relay:
@@ -58,7 +56,7 @@ class Relay:
 
     async def batches(
         self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
-    ) -> AsyncIterator[list[StreamEntry]]:
+    ) -> AsyncIterator[Batch]:
         """As ``open``, the run's stream entries themselves, as many at once as one read of
         the bus gave (``[PING]`` after each quiet interval): a relay writes each batch to
         its client in one piece, not an event at a time."""
@@ -88,7 +86,7 @@ class Relay:
 
     async def _relay(
         self, who: Principal, run_id: str, after: str | None, slot: str, *, ended: bool
-    ) -> AsyncIterator[list[StreamEntry]]:
+    ) -> AsyncIterator[Batch]:
         """Entries after ``after`` until ``done``, and ``PING`` after each quiet interval.
         With nothing (more) to read, a run that has ended answers from the store and closes:
         its stream is gone, the client's id lies past its end, or its end never reached the
@@ -119,7 +117,7 @@ class Relay:
         slot: str,
         *,
         wait: float,
-    ) -> AsyncIterator[list[StreamEntry]]:
+    ) -> AsyncIterator[Batch]:
         """The relay's loop (``_relay``); a bus or database outage raises out of it."""
         lingered = False
         while True:
@@ -182,10 +180,10 @@ def _to_done(entries: list[StreamEntry]) -> list[StreamEntry]:
     return entries
 
 
-async def _frames(batches: AsyncIterator[list[StreamEntry]]) -> AsyncIterator[str]:
+async def _frames(batches: AsyncIterator[Batch]) -> AsyncIterator[str]:
     """Each batch of entries as SSE frames in one piece; a ping as an SSE comment."""
     async for batch in batches:
-        yield "".join(sse_ping() if entry is PING else sse_frame(entry) for entry in batch)
+        yield "".join(sse_frame(entry) for entry in batch)
 
 
 def resume_after(last_event_id: str | None) -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.accounts.service import Principal
+from parley.accounts.principal import Principal
 from parley.config import Settings, TierSettings
 from parley.domain import MessageRole
 from parley.errors import PermissionDenied, ValidationFailed, quoted

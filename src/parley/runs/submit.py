@@ -16,7 +16,7 @@ from typing import Protocol
 
 import anyio
 
-from parley.accounts.service import Principal
+from parley.accounts.principal import Principal
 from parley.archive.archiver import Archiver
 from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.config import Settings

@@ -31,10 +31,10 @@ from datetime import datetime, timedelta
 
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
 from parley.config import Settings
-from parley.domain import QUEUE_WAIT_EXCEEDED, RunStatus, utcnow
+from parley.domain import QUEUE_WAIT_EXCEEDED, FinishReason, RunStatus, utcnow
 from parley.outages import log_failure
 from parley.qos.admission import Admission
-from parley.runs.events import status_event
+from parley.runs.events import DeltaEvent, decode, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.store import run_records
 from parley.store.database import Database
@@ -97,10 +97,7 @@ class Sweeper:
                 )
             for run in overdue:
                 outcome = run_records.Outcome(
-                    RunStatus.REJECTED,
-                    "",
-                    None,
-                    0,
+                    status=RunStatus.REJECTED,
                     error_code=QUEUE_WAIT_EXCEEDED,
                     error_message=f"the service is busy: the run waited over {limit:g} s in "
                     f"the queue ({name} tier) and was not started; send it again later",
@@ -132,22 +129,23 @@ class Sweeper:
             return
         text, tokens = partial or ("", 0)
         outcome = run_records.Outcome(
-            RunStatus.FAILED,
-            text,
-            run.prompt_tokens,
-            tokens,
-            finish_reason="error",
+            status=RunStatus.FAILED,
+            content=text,
+            prompt_tokens=run.prompt_tokens,
+            completion_tokens=tokens,
+            finish_reason=FinishReason.ERROR,
             error_code="worker_lost",
             error_message="the worker running this run stopped responding",
         )
         guard = Guard(RunStatus.RUNNING, lease_expired=True)
-        if await self._finisher.finish(run.id, outcome, guard) is not None:
+        if await self._finisher.finish_or_fail(run.id, outcome, guard) is not None:
             log.warning("run %s lost its worker mid-stream: failed, partial text kept", run.id)
 
     async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
         """The text streamed so far and its token count; None if no delta was streamed."""
         entries = await self._bus.read(run_id, None, timeout=0, count=self._settings.stream_maxlen)
-        deltas = [e.event.data for e in entries if e.event.kind is EventKind.DELTA]
+        events = [decode(e.event) for e in entries if e.event.kind is EventKind.DELTA]
+        deltas = [e for e in events if isinstance(e, DeltaEvent)]
         if not deltas:
             return None
-        return "".join(d.get("text", "") for d in deltas), sum(d.get("tokens", 1) for d in deltas)
+        return "".join(d.text for d in deltas), sum(d.tokens for d in deltas)

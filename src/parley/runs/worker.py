@@ -44,6 +44,7 @@ from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
 from parley.runs.moderated import OutputRefused, moderated
 from parley.runs.progress import Progress
+from parley.runs.run_slots import RunSlots
 from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
@@ -81,7 +82,7 @@ class Worker:
         self._admission = admission
         self._prompting = prompting
         self._concurrency = concurrency
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = RunSlots(concurrency)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:10]}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, Progress] = {}
@@ -92,7 +93,7 @@ class Worker:
     @property
     def free_slots(self) -> int:
         """Slots free for a run now (0: nothing more is claimed until one frees)."""
-        return self._slots._value
+        return self._slots.free
 
     @property
     def lease(self) -> timedelta:
@@ -121,8 +122,8 @@ class Worker:
 
     async def _take_runs(self) -> None:
         while not self._stopping.is_set():
-            await self._slots.acquire()
-            reserved = self._in_reserve(self._slots._value + 1)
+            await self._slots.take()
+            reserved = self._in_reserve(self._slots.free + 1)
             try:
                 # in the reserve, look for a top-tier run briefly, then look again: a slot
                 # freed meanwhile lets any run in
@@ -131,12 +132,12 @@ class Worker:
                     min_priority=self._settings.top_priority if reserved else BACKGROUND_PRIORITY,
                 )
             except Exception as e:
-                self._slots.release()
+                self._slots.give_back()
                 log_failure(log, e, "dequeue failed; retrying")
                 await asyncio.sleep(1.0)
                 continue
             if item is None or not await self._fits(item):
-                self._slots.release()
+                self._slots.give_back()
                 continue
             task = asyncio.create_task(self._execute(item))
             self._tasks.add(task)
@@ -170,14 +171,14 @@ class Worker:
             except Exception:
                 log.exception("run %s failed in the worker", item.run_id)
             finally:
-                self._slots.release()
+                self._slots.give_back()
 
     async def _fits(self, item: QueuedRun) -> bool:
         """Whether the run dequeued may take the slot held for it: a lower tier's run that
         was waited for outside the reserve, while top-tier runs were handed the slots it
         would leave, goes back to the queue (at the back of its tier's runs)."""
         if item.priority >= self._settings.top_priority or not self._in_reserve(
-            self._slots._value + 1
+            self._slots.free + 1
         ):
             return True
         with contextlib.suppress(QueueFull):  # else the sweeper queues it again
@@ -191,18 +192,17 @@ class Worker:
     def take(self, priority: int) -> str | None:
         """A slot taken now for a run made already claimed by this worker (``Handoff``); a
         lower tier's run never takes one of the top tier's reserve."""
-        if self._stopping.is_set() or self._slots.locked():
+        if self._stopping.is_set() or self._slots.free == 0:
             return None
-        if priority < self._settings.top_priority and self._in_reserve(self._slots._value):
+        if priority < self._settings.top_priority and self._in_reserve(self._slots.free):
             return None
-        self._slots._value -= 1  # what acquire() does when a slot is free, without awaiting
-        return self.worker_id
+        return self.worker_id if self._slots.try_take() else None
 
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return self._engine.count_prompt_tokens(model, messages)
 
     def give_back(self) -> None:
-        self._slots.release()
+        self._slots.give_back()
 
     def start(self, run: Run) -> None:
         """Generate a run made claimed by this worker, in the slot ``take`` held for it."""
@@ -222,7 +222,7 @@ class Worker:
             except Exception:
                 log.exception("run %s failed in the worker", run.id)
             finally:
-                self._slots.release()
+                self._slots.give_back()
 
     async def _claim(self, run_id: str) -> tuple[Run, Prompt] | None:
         """Take the run (None if another worker has it or it ended), then its prompt, whose

@@ -13,7 +13,15 @@ from datetime import datetime, timedelta
 from sqlalchemy import Update, bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.domain import MessageStatus, RunSource, RunStatus, in_prompt, is_id, utcnow
+from parley.domain import (
+    FinishReason,
+    MessageStatus,
+    RunSource,
+    RunStatus,
+    in_prompt,
+    is_id,
+    utcnow,
+)
 from parley.errors import NotFound, no_such
 from parley.store import summaries
 from parley.store.schema import Message, Run
@@ -176,13 +184,16 @@ class Finished:
     reserved_tokens: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Outcome:
+    """How a run ends: built by keywords, as every field of it is easily mistaken for the
+    next."""
+
     status: RunStatus
-    content: str
-    prompt_tokens: int | None
-    completion_tokens: int
-    finish_reason: str | None = None
+    content: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    finish_reason: FinishReason | None = None
     error_code: str | None = None
     error_message: str | None = None
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache

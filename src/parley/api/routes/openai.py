@@ -17,7 +17,7 @@ import anyio
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from parley.accounts.service import Principal
+from parley.accounts.principal import Principal
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.openai_wire import (
     Answer,
@@ -27,7 +27,6 @@ from parley.api.openai_wire import (
     program_request,
 )
 from parley.api.routes import AUTHED, errors
-from parley.bus.interface import StreamEntry
 from parley.errors import InvalidRequest, NotFound, ParleyError, ValidationFailed
 from parley.openai.protocol import (
     DONE,
@@ -39,7 +38,7 @@ from parley.openai.protocol import (
 )
 from parley.qos.budget import rate_limit_headers
 from parley.runs import cancel as cancelling
-from parley.runs.relay import PING
+from parley.runs.events import Batch, DeltaEvent, Ping, decode, sse_frame
 from parley.services import Services
 from parley.store.schema import Run
 
@@ -130,7 +129,7 @@ def _stopper(svc: Services, who: Principal, run_id: str) -> Stopper:
 
 
 async def _chunks(
-    batches: AsyncIterator[list[StreamEntry]], writer: ChunkWriter, stop: Stopper
+    batches: AsyncIterator[Batch], writer: ChunkWriter, stop: Stopper
 ) -> AsyncIterator[bytes]:
     """The run's stream as chunks, each batch the bus gave written in one piece (its texts
     in one chunk); a client that leaves before ``done`` cancels the run."""
@@ -149,7 +148,7 @@ async def _chunks(
             await stop()
 
 
-def _written(batch: list[StreamEntry], answer: Answer, writer: ChunkWriter) -> tuple[bytes, bool]:
+def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, bool]:
     """One batch of entries as SSE bytes, and whether it held the run's ``done``."""
     out: list[bytes] = []
     texts: list[str] = []
@@ -160,26 +159,25 @@ def _written(batch: list[StreamEntry], answer: Answer, writer: ChunkWriter) -> t
             texts.clear()
 
     for entry in batch:
-        if entry is PING:
-            out.append(b": ping\n\n")
+        if isinstance(entry, Ping):
+            out.append(sse_frame(entry).encode())
             continue
+        event = decode(entry.event)
         failed = answer.error
-        if answer.take(entry):
+        if answer.take_event(event):
             flush()
             out.append(writer.end(answer) if answer.error is None else sse_data(DONE))
             return b"".join(out), True
         if answer.error is not None and failed is None:
             flush()
             out.append(writer.error(answer.error))
-        elif text := entry.event.data.get("text"):
-            texts.append(text)
+        elif isinstance(event, DeltaEvent) and event.text:
+            texts.append(event.text)
     flush()
     return b"".join(out), False
 
 
-async def _whole(
-    request: Request, batches: AsyncIterator[list[StreamEntry]], stop: Stopper
-) -> Answer:
+async def _whole(request: Request, batches: AsyncIterator[Batch], stop: Stopper) -> Answer:
     """The run read to its end; if the client leaves first, the run is cancelled."""
     reading = asyncio.ensure_future(collect(batches))
     leaving = asyncio.ensure_future(_disconnected(request))

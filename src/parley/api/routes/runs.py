@@ -17,11 +17,9 @@ from parley.api.run_schemas import (
     RunAccepted,
     RunError,
     RunOut,
-    Usage,
-    sse_item_schema,
 )
 from parley.runs import cancel as cancelling
-from parley.runs.events import usage
+from parley.runs.events import KINDS, stream_schema, usage
 from parley.runs.relay import run_of
 from parley.runs.requests import SendRequest
 from parley.store.schema import Run
@@ -30,13 +28,13 @@ router = APIRouter(tags=["runs"])
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 SSE_DOC = (
-    "Server-sent events: `id: <event id>`, `event: status|delta|error|done`, `data: <json>`;"
+    f"Server-sent events: `id: <event id>`, `event: {'|'.join(KINDS)}`, `data: <json>`;"
     " comment pings on idle streams. The stream ends after `done`."
 )
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": SSE_DOC,
-        "content": {"text/event-stream": {"schema": sse_item_schema()}},
+        "content": {"text/event-stream": {"schema": stream_schema()}},
     }
 }
 
@@ -190,7 +188,7 @@ def run_out(run: Run) -> RunOut:
         downgraded_from=run.downgraded_from,
         max_tokens=run.max_tokens,
         finish_reason=run.finish_reason,
-        usage=Usage(**usage(run)),
+        usage=usage(run),
         error=error,
         prompt=_prompt_parts(run),
         created_at=run.created_at,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -35,11 +35,21 @@ from parley.engines.builtin.linear import (
     linear,
     quantize,
 )
-from parley.engines.builtin.native.decoder import NativeDecoder
 from parley.engines.builtin.precision import Precision
 
 Built = dict[str, Tensor]  # the model's tensors as held: see build_weights()
 KVCache = list[Tensor]  # per layer: [num_blocks, block_size, 2 * KVH, D], K heads then V heads
+
+
+class NativeStep(Protocol):
+    """A decode step run outside PyTorch (``native.decoder.NativeDecoder``): the model
+    hands it the steps whose rows all decode, up to ``max_rows`` of them."""
+
+    max_rows: int
+
+    def decode(self, input_ids: Tensor, layout: BatchLayout, kv_cache: KVCache) -> Tensor: ...
+
+    def rebind_vectors(self, model: LlamaModel) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,16 +207,8 @@ class LlamaModel:
         ]
         head = _parts(on, "lm_head") or {"weight": self.embed}  # tied and dense: the same
         self.lm_head: Linear = linear(head, precision)
-        self.native: NativeDecoder | None = None
-
-    def use_native(
-        self, threads: int | None = None, cache_dir: Path | None = None, march: str = "native"
-    ) -> None:
-        """Run all-decode steps (up to ``native.max_rows`` rows) with the native decode step
-        (native/), built for this CPU (or ``march``); NativeUnavailable when it cannot be had.
-        Call before ``pack_weights``: the native step reads the plain matrices (keeping the
-        quantized ones, copying fp32's in fours)."""
-        self.native = NativeDecoder.for_model(self, threads, cache_dir, march)
+        # the native decode step (native/mode.py's use_native gives it, before packing)
+        self.native: NativeStep | None = None
 
     def pack_weights(self, mapped_again: Callable[[], Built | None] | None = None) -> int:
         """Hand every dense (and w8a8) matrix to oneDNN for its packed products

@@ -5,6 +5,7 @@
 // replays the whole answer, so the view is reset first.
 
 import { ApiError, send } from "./api.js";
+import { EVENT } from "./events.js";
 import { readEvents } from "./sse.js";
 
 export const TERMINAL = new Set(["completed", "cancelled", "failed", "rejected"]);
@@ -69,17 +70,17 @@ async function consume(response, state, on) {
   for await (const ev of readEvents(response)) {
     const data = JSON.parse(ev.data);
     if (ev.id !== null) state.lastId = ev.id;
-    if (ev.event === "status") {
+    if (ev.event === EVENT.STATUS) {
       state.runId = data.run_id;
       on.status?.(data);
-    } else if (ev.event === "delta") {
+    } else if (ev.event === EVENT.DELTA) {
       on.delta?.(data);
-    } else if (ev.event === "error" && data.code === "dependency_unavailable") {
+    } else if (ev.event === EVENT.ERROR && data.code === "dependency_unavailable") {
       state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
       return null;
-    } else if (ev.event === "error") {
+    } else if (ev.event === EVENT.ERROR) {
       on.error?.(data);
-    } else if (ev.event === "done") {
+    } else if (ev.event === EVENT.DONE) {
       on.done?.(data);
       return data;
     }

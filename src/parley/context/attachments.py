@@ -21,26 +21,22 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.attachments.settings import AttachmentSettings
-from parley.context.assembly import MESSAGE_OVERHEAD, PROMPT_OVERHEAD, Limits
+from parley.context.assembly import MESSAGE_OVERHEAD, PROMPT_OVERHEAD, Limits, NewMessage
 from parley.context.relevance import stems
+from parley.engines.estimate import CHARS_PER_TOKEN  # a chunk's length, cut before counting
 from parley.qos.costs import PromptCounter
 from parley.store import attachments
 from parley.store.prompts import ChatRef
-
-if TYPE_CHECKING:
-    from parley.context.prompts import NewMessage
 
 CountTexts = Callable[[list[str]], Awaitable[list[int]]]
 
 HEADING = "\n\nAttached files:"
 # each block's own tokens beyond its text (heading, name, separators), a generous guess
 BLOCK_OVERHEAD = 16
-CHARS_PER_TOKEN = 4  # a chunk's length in characters, to cut before counting
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
-"""How a message's files enter its prompt (attachments/prompt.py): whole when they fit,
+"""How a message's files enter its prompt (context/attachments.py): whole when they fit,
 else the chunks that share the message's words, in the file's order."""
 
 from __future__ import annotations
 
-from parley.attachments.prompt import HEADING, FileText, fit, rank, split
+from parley.context.attachments import HEADING, FileText, fit, rank, split
 
 
 async def words(texts: list[str]) -> list[int]:

@@ -1,0 +1,8 @@
+// The names of a run's stream events, as the server sends them (parley.runs.events.KINDS;
+// scripts/shape.py fails when the two lists differ).
+export const EVENT = Object.freeze({
+  STATUS: "status",
+  DELTA: "delta",
+  ERROR: "error",
+  DONE: "done",
+});
