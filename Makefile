@@ -38,17 +38,7 @@ $(VENV)/.dev: $(VENV)/.runtime
 serve: $(VENV)/.runtime
 	$(VENV)/bin/parley serve $(ARGS)
 
-# The peer tests' llama-server build (minutes, the first time on a machine) starts at once,
-# niced, beside the checks: they seldom keep both cores busy (most tests wait on servers),
-# so the build mostly fills idle time; the peer tests run once both are done.
-test: $(VENV)/.dev
-	@mkdir -p $(PEERS_CACHE)
-	@set -e; \
-	setsid env PARLEY_PEERS_DIR=$(PEERS_CACHE) nice -n 19 bench/peers/llama_server.sh \
-		build-noamx >$(PEERS_CACHE)/build.log 2>&1 & build=$$!; \
-	$(MAKE) --no-print-directory lint typecheck fuzz pytest || { kill -- -$$build 2>/dev/null; exit 1; }; \
-	wait $$build || { tail -n 40 $(PEERS_CACHE)/build.log; exit 1; }; \
-	$(MAKE) --no-print-directory peer-test
+test: lint typecheck fuzz pytest peer-test
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests bench

@@ -42,7 +42,11 @@ async def wait_run(
     """The run once it has ended."""
 
     async def ended() -> dict[str, Any] | None:
-        run: dict[str, Any] = (await client.get(f"/api/runs/{run_id}", headers=auth)).json()
+        r = await client.get(f"/api/runs/{run_id}", headers=auth)
+        if r.status_code in (429, 503):  # busy (a loaded machine): asked again
+            return None
+        assert r.status_code == 200, r.text
+        run: dict[str, Any] = r.json()
         return run if run["status"] in {"completed", "cancelled", "failed", "rejected"} else None
 
     return await eventually(ended, f"run {run_id} to end", timeout=timeout)
