@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from parley.bus.interface import Backoff, Bus
+from parley.bus.interface import AttemptThrottles, Backoff
 from parley.config import Settings
 from parley.errors import RateLimited
 
@@ -30,7 +30,7 @@ UNKNOWN_ADDRESS = "unknown"
 class AccountThrottles:
     def __init__(
         self,
-        bus: Bus,
+        bus: AttemptThrottles,
         settings: Settings,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,

@@ -211,16 +211,8 @@ class StaleAttempt(Exception):
     """An append fenced with an attempt older than the run's stream accepts now."""
 
 
-class Bus(Protocol):
-    """Everything processes tell each other about runs. All methods are coroutine-safe."""
-
-    limits: BusLimits
-
-    async def ping(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    # -- the run queue: bounded, highest priority first, then oldest ------------------------
+class RunQueue(Protocol):
+    """The bus's section for the run queue: bounded, highest priority first, then oldest."""
 
     async def enqueue(self, item: QueuedRun) -> None:
         """Queue a run; a run already queued stays once. Raises QueueFull when full."""
@@ -240,7 +232,9 @@ class Bus(Protocol):
     async def queue_depth(self) -> dict[int, int]:
         """Queued runs by priority (for metrics; ``queue_length`` is cheaper for a total)."""
 
-    # -- per-run event streams --------------------------------------------------------------
+
+class RunStreams(Protocol):
+    """The bus's section for per-run event streams."""
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
         """Append an event; returns its id. The stream expires stream_ttl after its last event.
@@ -260,7 +254,9 @@ class Bus(Protocol):
 
     async def stream_exists(self, run_id: str) -> bool: ...
 
-    # -- cancel signals ---------------------------------------------------------------------
+
+class CancelSignals(Protocol):
+    """The bus's section for cancel signals."""
 
     async def request_cancel(self, run_id: str) -> None: ...
 
@@ -269,14 +265,18 @@ class Bus(Protocol):
     async def wait_cancel(self, run_id: str, timeout: float) -> bool:
         """True as soon as a cancel is requested, False after ``timeout`` seconds."""
 
-    # -- open SSE streams per user ----------------------------------------------------------
+
+class StreamSlots(Protocol):
+    """The bus's section for open SSE streams per user."""
 
     async def open_stream(self, user_id: str, stream_id: str, *, limit: int, ttl: float) -> bool:
         """Hold one of the user's ``limit`` stream slots for ``ttl`` s; False if all are held."""
 
     async def close_stream(self, user_id: str, stream_id: str) -> None: ...
 
-    # -- runs in flight per user ------------------------------------------------------------
+
+class UserRunSlots(Protocol):
+    """The bus's section for runs in flight per user."""
 
     async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
         """Hold one of the user's ``limit`` run slots for ``run_id`` for ``ttl`` s (a slot the
@@ -288,7 +288,9 @@ class Bus(Protocol):
 
     async def release_run_slot(self, user_id: str, run_id: str) -> None: ...
 
-    # -- load per model: runs in flight, engine slots, drain --------------------------------
+
+class ModelLoads(Protocol):
+    """The bus's section for load per model: runs in flight, engine slots, drain."""
 
     async def admit_run(
         self, model: str, run_id: str, *, max_load: float | None, ttl: float, window: float
@@ -312,7 +314,9 @@ class Bus(Protocol):
     async def model_load(self, model: str, *, window: float) -> ModelLoad:
         """The model's load now; ``drained`` counts runs ended in the last ``window`` s."""
 
-    # -- per-user token budgets (token buckets) ---------------------------------------------
+
+class TokenBudgets(Protocol):
+    """The bus's section for per-user token budgets (token buckets)."""
 
     async def reserve_tokens(
         self, user_id: str, amount: int, bucket: TokenBucket
@@ -331,7 +335,9 @@ class Bus(Protocol):
     async def peek_tokens(self, user_id: str, bucket: TokenBucket) -> TokenBalance:
         """The balance now, refill included; changes nothing."""
 
-    # -- attempt throttles (logins, sign-ups), by an opaque key -----------------------------
+
+class AttemptThrottles(Protocol):
+    """The bus's section for attempt throttles (logins, sign-ups), by an opaque key."""
 
     async def attempt(self, key: str, backoff: Backoff, *, refuse: bool = True) -> Attempt:
         """Record an attempt at ``key`` if ``backoff`` lets one come now, atomically (so a
@@ -342,12 +348,38 @@ class Bus(Protocol):
     async def forget_attempts(self, key: str) -> None:
         """Drop ``key``'s record (after a success)."""
 
-    # -- recent writes per user (read-your-writes with replicas: store/routing.py) ----------
+
+class WriteMarks(Protocol):
+    """The bus's section for recent writes per user (read-your-writes with replicas:
+    store/routing.py)."""
 
     async def mark_write(self, user_id: str, *, ttl: float) -> None:
         """The user wrote: ``wrote_recently`` is True for at least ``ttl`` s from now."""
 
     async def wrote_recently(self, user_id: str) -> bool: ...
+
+
+class Bus(
+    RunQueue,
+    RunStreams,
+    CancelSignals,
+    StreamSlots,
+    UserRunSlots,
+    ModelLoads,
+    TokenBudgets,
+    AttemptThrottles,
+    WriteMarks,
+    Protocol,
+):
+    """Everything processes tell each other about runs, section by section (a service that
+    needs one section takes that section's protocol, so a test can fake it alone). All
+    methods are coroutine-safe."""
+
+    limits: BusLimits
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 _DIGITS = frozenset("0123456789")

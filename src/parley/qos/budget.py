@@ -1,7 +1,7 @@
 """Per-user token budgets: a run's estimated cost is reserved at admission and settled to
 what it really used when it ends.
 
-Each user has a token bucket on the bus (``Bus.reserve_tokens`` and friends), shaped by
+Each user has a token bucket on the bus (its ``TokenBudgets`` section), shaped by
 their tier: ``burst_tokens`` is its capacity, ``tokens_per_minute`` its continuous refill.
 
 The reservation is ``max_tokens`` plus the whole prompt as it will be sent, history
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 
-from parley.bus.interface import Bus, TokenBalance, TokenBucket, TokenReservation
+from parley.bus.interface import TokenBalance, TokenBucket, TokenBudgets, TokenReservation
 from parley.config import Settings, TierSettings
 from parley.errors import BudgetExhausted
 from parley.store.schema import Run
@@ -52,7 +52,7 @@ def exhausted(refused: TokenReservation) -> BudgetExhausted:
 class Budget:
     """The users' token buckets, sized by their tiers. Holds no state of its own."""
 
-    def __init__(self, bus: Bus, settings: Settings) -> None:
+    def __init__(self, bus: TokenBudgets, settings: Settings) -> None:
         self._bus = bus
         self._settings = settings
 

@@ -25,26 +25,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Protocol
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.bus.interface import WriteMarks
 from parley.store.database import Database
 
 log = logging.getLogger(__name__)
 
 # the errors that say a replica cannot be reached now
 _UNREACHABLE = (DBAPIError, PoolTimeout, OSError)
-
-
-class WriteMarks(Protocol):
-    """Where recent writes are noted (the bus: ``Bus.mark_write`` / ``wrote_recently``)."""
-
-    async def mark_write(self, user_id: str, *, ttl: float) -> None: ...
-
-    async def wrote_recently(self, user_id: str) -> bool: ...
 
 
 class Reads:
