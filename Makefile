@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 ARGS ?=
-FUZZ_SECONDS ?= 45
+FUZZ_SECONDS ?= 30
 POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 CHROMIUM ?= /usr/bin/chromium
 # pg_auto_failover's CLI (and its Postgres extension): the failover test runs a formation
@@ -63,7 +63,7 @@ $(PG_AUTOCTL):
 
 pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
-		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) $(ARGS)
+		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
 
 # the two fuzzers run side by side, each one's output kept together
 fuzz: $(VENV)/.dev

@@ -55,9 +55,10 @@ from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.precision import NATIVE_BF16_FLAGS, Precision, cpu_flags
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
+from parley.engines.sampling import GREEDY
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -144,7 +145,7 @@ async def concurrent(
     async def one(i: int) -> None:
         nonlocal produced
         req = GenerationRequest(
-            f"b{n}-{i}-{uuid.uuid4().hex[:6]}", engine.name, question(i), tokens, temperature=0
+            f"b{n}-{i}-{uuid.uuid4().hex[:6]}", engine.name, question(i), tokens, GREEDY
         )
         async with gate:
             start = last = time.perf_counter()
@@ -206,7 +207,7 @@ async def prefix_turn(engine: BuiltinEngine) -> tuple[int, float, float]:
     nxt = [*history, ChatMessage("user", "And one more about bridges?")]
 
     async def ttft(messages: list[ChatMessage]) -> float:
-        req = GenerationRequest(uuid.uuid4().hex, engine.name, messages, 1, temperature=0)
+        req = GenerationRequest(uuid.uuid4().hex, engine.name, messages, 1, GREEDY)
         start = time.perf_counter()
         async for _ in engine.stream(req):
             break
@@ -255,7 +256,7 @@ def decode_step(loaded: LoadedModel, batch: int, steps: int = 12) -> float:
     core = EngineCore(model, num_blocks=4096, block_size=16, max_batch_tokens=8192)
     ids = _ids(loaded)
     for i in range(batch):
-        core.add(Sequence(f"d{i}", ids(question(i)), SamplingParams(max_tokens=steps + 4)))
+        core.add(Sequence(f"d{i}", ids(question(i)), SequenceSampling(max_tokens=steps + 4)))
     core.step()  # every prompt prefilled in one step
     times = []
     for _ in range(steps):

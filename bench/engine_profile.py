@@ -57,9 +57,10 @@ from parley.engines.builtin.engine import DEFAULT_TEMPERATURE, BuiltinEngine, Bu
 from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.native.mode import NativeMode
 from parley.engines.builtin.precision import Precision
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
+from parley.engines.sampling import SamplingParams
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -80,7 +81,7 @@ def fill(engine: BuiltinEngine, batch: int, max_tokens: int) -> list[Sequence]:
     core.eos = set()  # no sequence ends early: the batch stays at `batch` for every step
     seqs = []
     for i in range(batch):
-        params = SamplingParams(max_tokens=max_tokens, temperature=DEFAULT_TEMPERATURE)
+        params = SequenceSampling(max_tokens=max_tokens, temperature=DEFAULT_TEMPERATURE)
         seq = Sequence(f"p{batch}-{i}", engine.prompt_ids(question(i)), params)
         engine.output.add(seq)
         core.add(seq)
@@ -338,7 +339,11 @@ async def handoff(engine: BuiltinEngine, concurrency: int, tokens: int) -> dict[
     async def consume(i: int) -> None:
         rid = f"h{concurrency}-{i}-{time.monotonic_ns()}"
         request = GenerationRequest(
-            rid, engine.name, question(100 + i), max_tokens=tokens, temperature=0.7
+            rid,
+            engine.name,
+            question(100 + i),
+            max_tokens=tokens,
+            sampling=SamplingParams(temperature=0.7),
         )
         n, last = 0, None
         async for delta in engine.stream(request):

@@ -36,6 +36,7 @@ from parley.engines.builtin.loader import LoadedModel, load_model
 from parley.engines.builtin.precision import Precision
 from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import ChatMessage, GenerationRequest
+from parley.engines.sampling import GREEDY
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -119,7 +120,7 @@ async def parley_answers(loaded: LoadedModel, precision: str, tokens: int) -> li
             engine.name,
             [ChatMessage("user", prompt)],
             tokens,
-            temperature=0,
+            sampling=GREEDY,
         )
         return "".join([delta.text async for delta in engine.stream(req)])
 

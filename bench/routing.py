@@ -54,6 +54,7 @@ import httpx
 from parley.config import ReplicaSettings, UpstreamSettings
 from parley.engines.interface import ChatMessage, Delta, EngineError, GenerationRequest
 from parley.engines.router import Replica, Router
+from parley.engines.sampling import GREEDY
 
 REPO = Path(__file__).resolve().parents[1]
 REPLICAS = 3
@@ -403,7 +404,7 @@ class Workload:
             model="",  # the router sends its upstream model
             messages=messages,
             max_tokens=self.args.max_tokens,
-            temperature=0,
+            sampling=GREEDY,
             affinity_key=chat,
         )
         turn = Turn(user, t, time.perf_counter())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from parley.engines.builtin.core import EngineCore
-from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.builtin.sequence import SeqStatus, Sequence, SequenceSampling
 from parley.engines.interface import FinishReason
 from tests.engines.tiny import tiny_model
 
@@ -19,7 +19,7 @@ def core(num_blocks: int = 64, max_batch_tokens: int = 512, max_running: int = 6
 
 
 def seq(name: str, prompt: list[int], max_tokens: int = 12, priority: int = 0) -> Sequence:
-    return Sequence(name, list(prompt), SamplingParams(max_tokens=max_tokens), priority=priority)
+    return Sequence(name, list(prompt), SequenceSampling(max_tokens=max_tokens), priority=priority)
 
 
 def drain(c: EngineCore) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.loop import MAX_RESTARTS, Abort, Add, EngineLoop, Stop
-from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.builtin.sequence import SeqStatus, Sequence, SequenceSampling
 from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.interface import (
     EngineFailed,
@@ -57,7 +57,7 @@ def engine_loop() -> tuple[EngineLoop, Recorder]:
 
 
 def seq(name: str, max_tokens: int = 4) -> Sequence:
-    return Sequence(name, list(range(3, 12)), SamplingParams(max_tokens=max_tokens))
+    return Sequence(name, list(range(3, 12)), SequenceSampling(max_tokens=max_tokens))
 
 
 def test_commands_are_frozen_values() -> None:
@@ -177,7 +177,7 @@ def test_a_sequence_the_core_cannot_take_fails_alone() -> None:
     loop.start()
     try:
         loop.submit(a := seq("a", max_tokens=40))
-        bad = Sequence("bad", list(range(3, 12)), SamplingParams(max_tokens=4, seed=2**64))
+        bad = Sequence("bad", list(range(3, 12)), SequenceSampling(max_tokens=4, seed=2**64))
         loop.submit(bad)
         loop.submit(seq("c", max_tokens=3))
         for name in ("a", "bad", "c"):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from parley.engines.builtin.core import EngineCore
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from tests.engines.tiny import TINY, tiny_model, tiny_weights
 
 transformers = pytest.importorskip("transformers")
@@ -39,7 +39,8 @@ def run_core(
 ) -> tuple[list[list[int]], EngineCore]:
     core = EngineCore(tiny_model(), num_blocks=64, block_size=4, max_batch_tokens=max_batch_tokens)
     seqs = [
-        Sequence(f"s{i}", list(p), SamplingParams(max_tokens=steps)) for i, p in enumerate(prompts)
+        Sequence(f"s{i}", list(p), SequenceSampling(max_tokens=steps))
+        for i, p in enumerate(prompts)
     ]
     for s in seqs:
         core.add(s)
@@ -62,7 +63,7 @@ def test_logits_match_transformers_in_float32() -> None:
     hf = hf_model()
     for prompt in PROMPTS:
         core = EngineCore(tiny_model(), num_blocks=64, block_size=4)
-        seq = Sequence("s", list(prompt), SamplingParams(max_tokens=1))
+        seq = Sequence("s", list(prompt), SequenceSampling(max_tokens=1))
         core.add(seq)
         plan = core.scheduler.schedule()
         ours = core.runner.forward(plan.chunks)[0]

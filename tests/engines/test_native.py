@@ -17,7 +17,7 @@ from parley.engines.builtin.native.build import NativeUnavailable
 from parley.engines.builtin.native.decoder import MAX_ROWS
 from parley.engines.builtin.native.mode import NativeMode, attach_native, use_native
 from parley.engines.builtin.precision import Precision
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.settings import BuiltinEngineSettings
 from tests.engines.tiny import TINY, tiny_model, tiny_weights
 
@@ -62,7 +62,7 @@ def decode_logits(
 ) -> tuple[list[list[int]], list[torch.Tensor]]:
     """Greedy answers to ``prompts`` in one batch, and the logits of every decode step."""
     core = EngineCore(model, num_blocks=64, block_size=4)
-    seqs = [Sequence(f"s{i}", p, SamplingParams(max_tokens=steps)) for i, p in enumerate(prompts)]
+    seqs = [Sequence(f"s{i}", p, SequenceSampling(max_tokens=steps)) for i, p in enumerate(prompts)]
     for s in seqs:
         core.add(s)
     seen: list[torch.Tensor] = []
@@ -136,7 +136,7 @@ def test_the_native_step_writes_the_kv_cache_as_pytorch_does() -> None:
     caches = []
     for native in (False, True):
         core = EngineCore(tiny_model(native=native), num_blocks=16, block_size=4)
-        core.add(Sequence("s", [5, 6, 7], SamplingParams(max_tokens=6)))
+        core.add(Sequence("s", [5, 6, 7], SequenceSampling(max_tokens=6)))
         while core.scheduler.has_work:
             core.step()
         caches.append(torch.stack(core.runner.kv_cache))

@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from parley.engines.builtin.core import TokenEvent
 from parley.engines.builtin.output import OutputProcessor, ProcessedOutputs
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.builtin.tokenizer import TextTokenizer
 from parley.engines.interface import ContextLengthExceeded, Delta, EngineError, FinishReason
 
@@ -29,7 +29,7 @@ def processor() -> OutputProcessor:
 
 
 def seq(name: str = "a", stop: tuple[str, ...] = (), cached: int = 0) -> Sequence:
-    s = Sequence(name, [1, 2, 3, 4], SamplingParams(max_tokens=100, stop=stop))
+    s = Sequence(name, [1, 2, 3, 4], SequenceSampling(max_tokens=100, stop=stop))
     s.num_cached_prompt = cached
     return s
 

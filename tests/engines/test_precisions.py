@@ -17,7 +17,7 @@ from parley.engines.builtin.core import EngineCore
 from parley.engines.builtin.linear import INT4_GROUP, DenseLinear, make_linear
 from parley.engines.builtin.model import LlamaModel, build_weights
 from parley.engines.builtin.precision import Precision, choose
-from parley.engines.builtin.sequence import SamplingParams, SeqStatus, Sequence
+from parley.engines.builtin.sequence import SeqStatus, Sequence, SequenceSampling
 from parley.engines.settings import BuiltinEngineSettings
 from tests.engines.tiny import TINY, random_weights, tiny_model, tiny_weights
 
@@ -71,7 +71,8 @@ def run_traced(
 ) -> tuple[list[Sequence], dict[str, list[torch.Tensor]]]:
     """The finished sequences, and the logits each sampled from, step by step."""
     seqs = [
-        Sequence(f"s{i}", list(p), SamplingParams(max_tokens=steps)) for i, p in enumerate(prompts)
+        Sequence(f"s{i}", list(p), SequenceSampling(max_tokens=steps))
+        for i, p in enumerate(prompts)
     ]
     logits: dict[str, list[torch.Tensor]] = {s.seq_id: [] for s in seqs}
     sample = c.runner.sample
@@ -178,7 +179,7 @@ def test_the_prefix_cache_changes_no_token(
 @pytest.mark.parametrize(("precision", "packed", "native"), BUILDS)
 def test_abort_frees_the_blocks_at_once(precision: Precision, packed: bool, native: bool) -> None:
     c = core(precision, packed, native, num_blocks=32)
-    s = Sequence("a", list(range(3, 30)), SamplingParams(max_tokens=100, temperature=0.8))
+    s = Sequence("a", list(range(3, 30)), SequenceSampling(max_tokens=100, temperature=0.8))
     c.add(s)
     for _ in range(3):
         c.step()
@@ -201,7 +202,7 @@ def test_logits_are_float32_s_of_the_weights_it_holds(
 
     def logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
         c = EngineCore(model, num_blocks=64, block_size=4)
-        c.add(Sequence("s", list(prompt), SamplingParams(max_tokens=1)))
+        c.add(Sequence("s", list(prompt), SequenceSampling(max_tokens=1)))
         return c.runner.forward(c.scheduler.schedule().chunks)[0]
 
     for prompt in PROMPTS:

@@ -7,9 +7,9 @@ import math
 import torch
 
 from parley.engines.builtin.sampler import sample_batch
-from parley.engines.builtin.sequence import SamplingParams
+from parley.engines.builtin.sequence import SequenceSampling
 
-WARM = SamplingParams(max_tokens=1, temperature=1.0)
+WARM = SequenceSampling(max_tokens=1, temperature=1.0)
 
 
 def counts(tokens: list[int], vocab: int) -> list[int]:
@@ -33,7 +33,7 @@ def test_draws_follow_the_softmax_of_each_row() -> None:
 
 def test_temperature_zero_rows_are_greedy_beside_sampled_rows() -> None:
     logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0]] * 50)
-    params = [SamplingParams(max_tokens=1, temperature=0.0), WARM] * 50
+    params = [SequenceSampling(max_tokens=1, temperature=0.0), WARM] * 50
     tokens = sample_batch(logits, params, [None] * 100)
     assert set(tokens[0::2]) == {1}
     assert len(set(tokens[1::2])) > 1  # the warm rows really sample
@@ -41,7 +41,7 @@ def test_temperature_zero_rows_are_greedy_beside_sampled_rows() -> None:
 
 def test_top_p_keeps_only_the_smallest_set_reaching_it() -> None:
     logits = torch.tensor([[0.6, 0.25, 0.1, 0.05]]).log().repeat(2_000, 1)
-    nucleus = SamplingParams(max_tokens=1, temperature=1.0, top_p=0.8)
+    nucleus = SequenceSampling(max_tokens=1, temperature=1.0, top_p=0.8)
     tokens = sample_batch(logits, [nucleus] * 2_000, [None] * 2_000)
     assert set(tokens) == {0, 1}  # 0.6 alone does not reach 0.8; 0.6 + 0.25 does
 

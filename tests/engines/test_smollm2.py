@@ -20,8 +20,9 @@ from parley.engines.builtin.engine import BuiltinEngine, BuiltinEngineConfig
 from parley.engines.builtin.loader import LoadedModel, default_model_path, load_model
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.native.mode import use_native
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
+from parley.engines.sampling import GREEDY, SamplingParams
 from tests.waiting import eventually
 
 # the real 135M model beside transformers: ~40 s alone, three times that with both cores busy
@@ -74,7 +75,7 @@ def engine(loaded: LoadedModel, native: bool = False) -> EngineCore:
 
 
 def greedy(core: EngineCore, prompts: list[list[int]]) -> list[list[int]]:
-    seqs = [Sequence(f"s{i}", p, SamplingParams(max_tokens=STEPS)) for i, p in enumerate(prompts)]
+    seqs = [Sequence(f"s{i}", p, SequenceSampling(max_tokens=STEPS)) for i, p in enumerate(prompts)]
     for s in seqs:
         core.add(s)
     while core.scheduler.has_work:
@@ -82,13 +83,11 @@ def greedy(core: EngineCore, prompts: list[list[int]]) -> list[list[int]]:
     return [s.output for s in seqs]
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["pytorch", "native"])
-def test_greedy_32_tokens_equal_transformers_batched_and_alone(
-    ours: LoadedModel, reference: Any, native: bool
-) -> None:
-    prompts = [prompt_ids(ours, p) for p in PROMPTS]
-    expected = []
-    for ids in prompts:
+@pytest.fixture(scope="module")
+def expected(ours: LoadedModel, reference: Any) -> list[list[int]]:
+    """transformers' greedy 32 tokens for each prompt (made once for both engines' tests)."""
+    answers = []
+    for ids in (prompt_ids(ours, p) for p in PROMPTS):
         tensor = torch.tensor([ids])
         with torch.no_grad():  # an explicit mask: the prompt holds <|im_end|>, the pad id
             out = reference.generate(
@@ -98,7 +97,15 @@ def test_greedy_32_tokens_equal_transformers_batched_and_alone(
                 do_sample=False,
                 eos_token_id=None,
             )
-        expected.append([int(t) for t in out[0, len(ids) :]])
+        answers.append([int(t) for t in out[0, len(ids) :]])
+    return answers
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["pytorch", "native"])
+def test_greedy_32_tokens_equal_transformers_batched_and_alone(
+    ours: LoadedModel, expected: list[list[int]], native: bool
+) -> None:
+    prompts = [prompt_ids(ours, p) for p in PROMPTS]
     core = engine(ours, native)
     assert greedy(core, prompts) == expected  # all five in one batch
     for ids, want in zip(prompts, expected, strict=True):
@@ -111,7 +118,7 @@ def test_logits_agree_to_1e3_relative_in_float32(ours: LoadedModel, reference: A
     core = engine(ours)
     for i, text in enumerate(PROMPTS):
         ids = prompt_ids(ours, text)
-        core.add(Sequence(f"l{i}", ids, SamplingParams(max_tokens=1)))
+        core.add(Sequence(f"l{i}", ids, SequenceSampling(max_tokens=1)))
         plan = core.scheduler.schedule()
         logits = core.runner.forward(plan.chunks)[0]
         for chunk in plan.chunks:
@@ -128,27 +135,33 @@ async def _collect(engine: Any, req: GenerationRequest) -> tuple[str, list[Any]]
     return "".join(d.text for d in deltas), deltas
 
 
+def warm(seed: int) -> SamplingParams:
+    return SamplingParams(temperature=0.9, seed=seed)
+
+
 async def test_stop_strings_seed_and_abort_through_the_async_client(ours: LoadedModel) -> None:
     engine = BuiltinEngine(ours, BuiltinEngineConfig(kv_cache_tokens=4096))
     try:
         ask = [ChatMessage("user", PROMPTS[0])]
-        full, deltas = await _collect(engine, GenerationRequest("a", engine.name, ask, 32, 0.0))
+        full, deltas = await _collect(engine, GenerationRequest("a", engine.name, ask, 32, GREEDY))
         assert "Paris" in full
         assert deltas[0].prompt_tokens == len(prompt_ids(ours, PROMPTS[0]))
         assert deltas[-1].finish_reason in {FinishReason.STOP, FinishReason.LENGTH}
 
-        req = GenerationRequest("b", engine.name, ask, 32, 0.0, stop=["Paris"])
+        req = GenerationRequest(
+            "b", engine.name, ask, 32, SamplingParams(temperature=0.0, stop=("Paris",))
+        )
         cut, deltas = await _collect(engine, req)
         assert deltas[-1].finish_reason is FinishReason.STOP
         assert "Par" not in cut  # nothing of the stop string leaks out
         assert full.startswith(cut)
 
         poem = [ChatMessage("user", PROMPTS[1])]
-        one = await _collect(engine, GenerationRequest("c", engine.name, poem, 24, 0.9, seed=7))
-        two = await _collect(engine, GenerationRequest("d", engine.name, poem, 24, 0.9, seed=7))
+        one = await _collect(engine, GenerationRequest("c", engine.name, poem, 24, warm(7)))
+        two = await _collect(engine, GenerationRequest("d", engine.name, poem, 24, warm(7)))
         assert one[0] == two[0]
 
-        req = GenerationRequest("e", engine.name, poem, 500, 0.9, seed=1)
+        req = GenerationRequest("e", engine.name, poem, 500, warm(1))
         got = 0
         async for delta in engine.stream(req):
             got += delta.tokens

@@ -51,7 +51,7 @@ async def test_an_answer_cut_anywhere_reads_the_same() -> None:
         engine = UpstreamEngine(
             "http://upstream/v1", UpstreamSettings(), transport=httpx.MockTransport(answer)
         )
-        request = GenerationRequest("r", "m", [ChatMessage("user", "hi")], 16, None)
+        request = GenerationRequest("r", "m", [ChatMessage("user", "hi")], 16)
         deltas = [d async for d in engine.stream(request)]
         await engine.close()
         assert "".join(d.text for d in deltas) == "caf\u00e9 \u00fcber", size

@@ -28,6 +28,7 @@ from parley.engines.estimate import CHARS_PER_TOKEN
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.engines.interface import ChatMessage
 from parley.engines.registry import DEFAULT_BUILTIN_MODEL, builtin_engine
+from parley.engines.sampling import SamplingParams
 from parley.errors import ConfigurationError, NotFound
 from parley.qos import costs
 from parley.qos.costs import PromptCounter, estimate
@@ -483,7 +484,7 @@ async def workers_prompt(db: Database, user_id: str, chat_id: str, content: str)
         tier="free",
         priority=0,
         max_tokens=16,
-        temperature=None,
+        sampling=SamplingParams(),
         idempotency_key=None,
         request_hash=None,
     )

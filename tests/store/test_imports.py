@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id
 from parley.engines.fake import FAKE_MODEL
+from parley.engines.sampling import SamplingParams
 from parley.portability.document import (
     ChatDocument,
     ExportDocument,
@@ -92,7 +93,7 @@ async def a_run(db: Database, user_id: str, chat_id: str, content: str, answer: 
         tier="free",
         priority=0,
         max_tokens=16,
-        temperature=0.5,
+        sampling=SamplingParams(temperature=0.5),
         idempotency_key=None,
         request_hash=None,
     )

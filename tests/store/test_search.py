@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 
 from parley.domain import MessageRole, MessageStatus, RunStatus, utcnow
 from parley.engines.fake import FAKE_MODEL
+from parley.engines.sampling import SamplingParams
 from parley.store import chats, run_records, users
 from parley.store.database import Database
 from parley.store.migrate import alembic_config, current_revision, upgrade
@@ -188,7 +189,7 @@ def new_run(user_id: str, chat_id: str, content: str) -> NewRun:
         tier="free",
         priority=0,
         max_tokens=16,
-        temperature=None,
+        sampling=SamplingParams(),
         idempotency_key=None,
         request_hash=None,
     )

@@ -58,10 +58,10 @@ def program_request(body: ChatCompletionRequest) -> ProgramRequest:
             )
         messages.append(ChatMessage("system" if m.role == "developer" else m.role, m.text))
     return ProgramRequest(
-        input=RunInput(messages, stop=body.stop_strings, top_p=body.top_p, seed=body.seed),
+        input=RunInput(messages),
         model=body.model,
         max_tokens=body.output_limit,
-        temperature=body.temperature,
+        sampling=body.sampling_params(),
         store=body.store,
     )
 

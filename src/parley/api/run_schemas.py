@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from parley.api.schemas import Strict, Text
 from parley.domain import RunSource, RunStatus
+from parley.engines.sampling import SamplingParams
 from parley.json_types import Integer, Number
 from parley.runs.events import (
     DeltaEvent,
@@ -20,11 +21,19 @@ from parley.runs.events import (
 )
 
 
-class MessageCreate(Strict):
+class Sampled(Strict):
+    """A chat send's sampling: its one mapping to the run's ``SamplingParams``."""
+
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature)
+
+
+class MessageCreate(Sampled):
     content: Annotated[Text, Field(min_length=1)]
     model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
     max_tokens: Annotated[Integer, Field(ge=1)] | None = None
-    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
     edit_of: Annotated[str, Field(max_length=64)] | None = Field(
         None,
         description="A user message this one replaces: the new message becomes its sibling "
@@ -39,12 +48,11 @@ class MessageCreate(Strict):
     )
 
 
-class Regenerate(Strict):
+class Regenerate(Sampled):
     """Answer a message again: another answer beside it, the same or another model."""
 
     model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
     max_tokens: Annotated[Integer, Field(ge=1)] | None = None
-    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
 
 
 class BranchSwitch(Strict):

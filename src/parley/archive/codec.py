@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Enum, Table
 
-from parley.store.schema import Base, Chat, Message, Run, UTCDateTime
+from parley.engines.sampling import SamplingParams
+from parley.store.schema import Base, Chat, Message, Run, SamplingColumn, UTCDateTime
 
 FORMAT = "parley.archive"
 VERSION = 1
@@ -85,6 +86,8 @@ def _columns(row: Base) -> dict[str, Any]:
         value = getattr(row, column.key)
         if isinstance(value, datetime):
             value = value.isoformat()
+        elif isinstance(value, SamplingParams):
+            value = value.model_dump(exclude_defaults=True)
         elif hasattr(value, "value") and isinstance(column.type, Enum):
             value = value.value
         out[column.key] = value
@@ -93,12 +96,16 @@ def _columns(row: Base) -> dict[str, Any]:
 
 def _row(model: type[Row], raw: dict[str, Any]) -> Row:
     values: dict[str, Any] = {}
+    if model is Run and "sampling" not in raw:  # archived before runs.sampling (0015)
+        raw = {**raw, "sampling": {"temperature": raw.get("temperature")}}
     for column in _table(model).columns:
         if column.key not in raw:
             continue
         value = raw[column.key]
         if value is not None and isinstance(column.type, UTCDateTime):
             value = datetime.fromisoformat(value)
+        elif isinstance(column.type, SamplingColumn):
+            value = SamplingParams.model_validate(value or {})
         elif value is not None and isinstance(column.type, Enum) and column.type.enum_class:
             value = column.type.enum_class(value)
         values[column.key] = value

@@ -17,6 +17,7 @@ from typing import Protocol
 
 # the engines give the first three of the one enum of reasons (stop, length, abort)
 from parley.domain import FinishReason as FinishReason
+from parley.engines.sampling import SamplingParams
 
 
 class EngineState(StrEnum):
@@ -41,11 +42,8 @@ class GenerationRequest:
     model: str
     messages: list[ChatMessage]
     max_tokens: int
-    temperature: float | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0
-    stop: list[str] = field(default_factory=list)
-    top_p: float = 1.0
-    seed: int | None = None
     # what keeps a conversation on one replica (its prefix stays cached there): the chat id
     affinity_key: str | None = None
 

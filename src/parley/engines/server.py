@@ -225,10 +225,7 @@ class EngineServer:
             model=self.model,
             messages=[ChatMessage(m.role, m.text) for m in body.messages],
             max_tokens=body.output_limit or self.default_max_tokens,
-            temperature=body.temperature,
-            stop=body.stop_strings,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            seed=body.seed,
+            sampling=body.sampling_params(),
         )
 
     async def _counted(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:

@@ -169,14 +169,7 @@ class UpstreamEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p != 1.0:
-            body["top_p"] = request.top_p
-        if request.seed is not None:
-            body["seed"] = request.seed
-        if request.stop:
-            body["stop"] = list(request.stop)
+        body.update(request.sampling.model_dump(exclude_defaults=True))  # what is set
         return body
 
     async def _open(

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parley.engines.sampling import SamplingParams
 from parley.json_types import Flag, Integer, Number
 
 Role = Literal["system", "user", "assistant", "developer", "tool"]
@@ -91,6 +92,16 @@ class ChatCompletionRequest(_Lenient):
     @property
     def output_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def sampling_params(self) -> SamplingParams:
+        """The request's sampling, as a run stores it and every engine reads it: the one
+        mapping from OpenAI's fields (as vLLM's ``to_sampling_params``)."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop=tuple(self.stop_strings),
+        )
 
 
 class PromptTokensDetails(_Lenient):

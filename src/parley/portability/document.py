@@ -127,7 +127,7 @@ def run_document(run: Run) -> RunDocument:
         downgraded_from=run.downgraded_from,
         tier=run.tier,
         max_tokens=run.max_tokens,
-        temperature=run.temperature,
+        temperature=None if run.sampling is None else run.sampling.temperature,
         finish_reason=run.finish_reason,
         prompt_tokens=run.prompt_tokens,
         completion_tokens=run.completion_tokens,

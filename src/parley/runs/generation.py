@@ -151,7 +151,7 @@ def chat_request(run: Run, messages: list[ChatMessage]) -> GenerationRequest:
         model=run.model,
         messages=messages,
         max_tokens=run.max_tokens,
-        temperature=run.temperature,
+        sampling=run.sampling,
         priority=run.priority,
         affinity_key=run.chat_id,  # every turn of a chat to the replica that holds its prefix
     )
@@ -166,10 +166,7 @@ def program_request(run: Run) -> GenerationRequest:
         model=run.model,
         messages=given.messages,
         max_tokens=run.max_tokens,
-        temperature=run.temperature,
+        sampling=run.sampling,
         priority=run.priority,
-        stop=given.stop,
-        top_p=given.top_p if given.top_p is not None else 1.0,
-        seed=given.seed,
         affinity_key=run.chat_id or given.affinity_key(run.user_id),
     )

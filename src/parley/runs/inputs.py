@@ -1,4 +1,5 @@
-"""A program's request as a run carries it: its messages and sampling parameters.
+"""A program's request as a run carries it: its messages (its sampling is the run's own
+``sampling`` column, ``engines.sampling.SamplingParams``).
 
 A run made through ``/v1/chat/completions`` brings its whole conversation with it (system
 prompt and earlier turns included) rather than pointing at a chat; the run row keeps it as
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from parley.engines.interface import ChatMessage
@@ -19,31 +20,17 @@ from parley.engines.interface import ChatMessage
 @dataclass(frozen=True, slots=True)
 class RunInput:
     messages: list[ChatMessage]
-    stop: list[str] = field(default_factory=list)
-    top_p: float | None = None
-    seed: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "messages": [{"role": m.role, "content": m.content} for m in self.messages],
-                "stop": self.stop,
-                "top_p": self.top_p,
-                "seed": self.seed,
-            },
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        messages = [{"role": m.role, "content": m.content} for m in self.messages]
+        return json.dumps({"messages": messages}, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> RunInput:
+        """(Runs made before ``runs.sampling`` also hold their stop, top_p and seed here:
+        migration 0015 carried them over, and they are not read again.)"""
         data: dict[str, Any] = json.loads(text)
-        return cls(
-            messages=[ChatMessage(m["role"], m["content"]) for m in data["messages"]],
-            stop=list(data.get("stop") or []),
-            top_p=data.get("top_p"),
-            seed=data.get("seed"),
-        )
+        return cls(messages=[ChatMessage(m["role"], m["content"]) for m in data["messages"]])
 
     def affinity_key(self, user_id: str) -> str:
         """What keeps a program's conversation on one replica: its opening (everything up

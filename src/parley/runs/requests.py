@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 
+from parley.engines.sampling import SamplingParams
 from parley.runs.inputs import RunInput
 
 
@@ -17,7 +19,7 @@ class ProgramRequest:
     input: RunInput
     model: str | None = None
     max_tokens: int | None = None
-    temperature: float | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     store: bool = False  # keep it as a chat
 
 
@@ -26,19 +28,20 @@ class SendRequest:
     content: str
     model: str | None = None
     max_tokens: int | None = None
-    temperature: float | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     edit_of: str | None = None  # a user message this one replaces: its sibling, a new branch
     regenerate: str | None = None  # a message whose answer is made again (content unused)
     attachment_ids: tuple[str, ...] = ()  # the chat's waiting files sent with the message
 
 
 def program_hash(req: ProgramRequest, encoded_input: str) -> str:
-    fields = {"max_tokens": req.max_tokens, "temperature": req.temperature}
+    fields = {"max_tokens": req.max_tokens, "sampling": req.sampling.model_dump()}
     return digest({"input": encoded_input, "model": req.model, **fields})
 
 
 def request_hash(chat_id: str, req: SendRequest) -> str:
-    return digest({"chat_id": chat_id, **asdict(req)})
+    fields = {f.name: getattr(req, f.name) for f in dataclass_fields(req) if f.name != "sampling"}
+    return digest({"chat_id": chat_id, **fields, "sampling": req.sampling.model_dump()})
 
 
 def digest(body: dict[str, object]) -> str:

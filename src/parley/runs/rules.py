@@ -39,7 +39,7 @@ class Rules:
             tier=who.tier,
             priority=tier.priority,
             max_tokens=self.max_tokens(who.tier, tier, req.max_tokens),
-            temperature=req.temperature,
+            sampling=req.sampling,
             idempotency_key=key,
             request_hash=request_hash(chat_id, req) if key else None,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace

@@ -141,7 +141,7 @@ class Submitter:
             tier=who.tier,
             priority=tier.priority,
             max_tokens=self.rules.max_tokens(who.tier, tier, req.max_tokens),
-            temperature=req.temperature,
+            sampling=req.sampling,
             idempotency_key=idempotency_key,
             request_hash=program_hash(req, encoded) if idempotency_key else None,
             source=RunSource.API,

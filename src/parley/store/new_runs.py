@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id, utcnow
+from parley.engines.sampling import SamplingParams
 from parley.store import attachments, branches, chats
 from parley.store.schema import Message, Run
 
@@ -41,7 +42,7 @@ class NewRun:
     tier: str
     priority: int
     max_tokens: int
-    temperature: float | None
+    sampling: SamplingParams
     idempotency_key: str | None
     request_hash: str | None
     reserved_tokens: int | None = None
@@ -90,7 +91,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "tier": new.tier,
         "priority": new.priority,
         "max_tokens": new.max_tokens,
-        "temperature": new.temperature,
+        "sampling": new.sampling,
         "idempotency_key": new.idempotency_key,
         "request_hash": new.request_hash,
         "reserved_tokens": new.reserved_tokens,

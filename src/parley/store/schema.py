@@ -29,6 +29,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from parley.domain import ExportStatus, MessageRole, MessageStatus, RunSource, RunStatus
+from parley.engines.sampling import SamplingParams
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -59,6 +60,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class SamplingColumn(TypeDecorator[SamplingParams]):
+    """A run's sampling parameters, whole, as one JSON text column (only what is set)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: SamplingParams | None, dialect: Dialect) -> str:
+        return "{}" if value is None else value.to_json()
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> SamplingParams:
+        return SamplingParams.from_json(value)
 
 
 def str_enum(enum: type[StrEnum], name: str) -> Enum:
@@ -200,7 +214,7 @@ class Run(Base):
     source: Mapped[RunSource] = mapped_column(
         str_enum(RunSource, "run_source"), default=RunSource.CHAT, server_default="chat"
     )
-    # a program's request: its messages and sampling parameters (JSON, ``runs/inputs.py``)
+    # a program's request: its messages (JSON, ``runs/inputs.py``)
     input: Mapped[str | None] = mapped_column(Text)
     # the answer of a run with no assistant message to hold it
     output: Mapped[str | None] = mapped_column(Text)
@@ -212,7 +226,10 @@ class Run(Base):
     downgraded_from: Mapped[str | None] = mapped_column(String(200))
     tier: Mapped[str] = mapped_column(String(40))
     max_tokens: Mapped[int] = mapped_column(Integer)
-    temperature: Mapped[float | None]
+    # how the answer is sampled (``engines.sampling.SamplingParams``, whole)
+    sampling: Mapped[SamplingParams] = mapped_column(
+        SamplingColumn(), default=SamplingParams, server_default="{}"
+    )
     priority: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))

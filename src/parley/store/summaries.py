@@ -25,6 +25,7 @@ from parley.domain import (
     new_id,
     utcnow,
 )
+from parley.engines.sampling import GREEDY
 from parley.store.schema import Chat, Run
 
 # a summary longer than this (in characters) is cut: the model was asked for far less
@@ -64,7 +65,7 @@ async def begin_fold(s: AsyncSession, fold: Fold) -> Run | None:
         model=fold.model,
         tier=fold.tier,
         max_tokens=fold.max_tokens,
-        temperature=0.0,
+        sampling=GREEDY,
         priority=BACKGROUND_PRIORITY,
         summary_through_seq=fold.through_seq,
         attempts=0,

@@ -45,7 +45,7 @@ async def regenerate(
     user message: for it), with the same or another model. The new answer's branch is shown
     from now on; the old answer stays, a sibling. Streams as a send does."""
     req = SendRequest(
-        "-", body.model, body.max_tokens, body.temperature, regenerate=message_id
+        "-", body.model, body.max_tokens, body.sampling_params(), regenerate=message_id
     )  # (the question's own text is sent)
     run = await svc.submitter.submit(who, chat_id, req, idempotency_key)
     if wants_json(request):

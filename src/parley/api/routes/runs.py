@@ -110,7 +110,7 @@ def _send_request(body: MessageCreate) -> SendRequest:
         body.content,
         body.model,
         body.max_tokens,
-        body.temperature,
+        body.sampling_params(),
         edit_of=body.edit_of,
         attachment_ids=tuple(body.attachment_ids),
     )

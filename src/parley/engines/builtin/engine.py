@@ -23,7 +23,7 @@ from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.native.mode import NativeMode, attach_native
 from parley.engines.builtin.output import OutputProcessor
 from parley.engines.builtin.precision import Precision
-from parley.engines.builtin.sequence import SamplingParams, Sequence
+from parley.engines.builtin.sequence import Sequence, SequenceSampling
 from parley.engines.builtin.threads import on_fresh_thread
 from parley.engines.builtin.tokenizer import TextTokenizer
 from parley.engines.interface import (
@@ -127,17 +127,18 @@ class BuiltinEngine:
         self._ensure_started()
         if self.state() is EngineState.FAILED:
             raise EngineFailed("the engine failed and could not restart")
-        temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        sampling = request.sampling
+        temperature = DEFAULT_TEMPERATURE if sampling.temperature is None else sampling.temperature
         prompt = await self._prompt(request.messages)
         seq = Sequence(
             seq_id=request.request_id,
             prompt=prompt,
-            params=SamplingParams(
+            params=SequenceSampling(
                 max_tokens=self._room(len(prompt), request.max_tokens),
                 temperature=temperature,
-                top_p=request.top_p,
-                seed=request.seed,
-                stop=tuple(request.stop),
+                top_p=1.0 if sampling.top_p is None else sampling.top_p,
+                seed=sampling.seed,
+                stop=sampling.stop,
             ),
             priority=request.priority,
         )

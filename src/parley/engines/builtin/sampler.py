@@ -14,11 +14,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from parley.engines.builtin.sequence import SamplingParams
+from parley.engines.builtin.sequence import SequenceSampling
 
 
 def sample_batch(
-    logits: Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+    logits: Tensor, params: list[SequenceSampling], generators: list[torch.Generator | None]
 ) -> list[int]:
     """One token per row of ``logits`` [S, vocab] (float32), row i sampled by ``params[i]``."""
     rows = [i for i, p in enumerate(params) if p.temperature > 0]
@@ -32,7 +32,7 @@ def sample_batch(
 
 
 def _draw(
-    logits: Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+    logits: Tensor, params: list[SequenceSampling], generators: list[torch.Generator | None]
 ) -> Tensor:
     """Inverse transform: the first token whose cumulative probability passes a uniform draw."""
     temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)

@@ -18,7 +18,10 @@ class SeqStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class SamplingParams:
+class SequenceSampling:
+    """One sequence's sampling, resolved (the engine's defaults filled in) from the
+    request's ``engines.sampling.SamplingParams``."""
+
     max_tokens: int
     temperature: float = 0.0
     top_p: float = 1.0
@@ -30,7 +33,7 @@ class SamplingParams:
 class Sequence:
     seq_id: str
     prompt: list[int]
-    params: SamplingParams
+    params: SequenceSampling
     priority: int = 0
     arrival: int = field(default_factory=lambda: next(_arrivals))
     output: list[int] = field(default_factory=list)
