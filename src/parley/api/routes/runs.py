@@ -94,10 +94,10 @@ async def send_message(
 ) -> Response:
     """Send a prompt: stream the answer as SSE, or 202 with the run's ids for JSON clients.
 
-    The run's estimated cost (`max_tokens` + the message at ~3 characters a token) is
-    reserved on the user's token budget first, and settled to the tokens it really used
-    when it ends; without enough budget: 429 `budget_exhausted`. A retry with the same
-    `Idempotency-Key` is never charged again."""
+    The run's cost (`max_tokens` + the prompt as it will be sent, counted with the model's
+    tokenizer, or estimated high without one) is reserved on the user's token budget first,
+    and settled to the tokens it really used when it ends; without enough budget: 429
+    `budget_exhausted`. A retry with the same `Idempotency-Key` is never charged again."""
     run = await svc.submitter.submit(who, chat_id, _send_request(body), idempotency_key)
     if wants_json(request):
         return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)
