@@ -18,7 +18,9 @@ class BlobSettings(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    kind: BlobKind = BlobKind.LOCAL
+    kind: BlobKind = Field(
+        default=BlobKind.LOCAL, description="local: a directory (under data_dir); s3: a bucket."
+    )
     dir: Path | None = Field(
         default=None, description="local: the directory (default: <data_dir>/blobs)"
     )
@@ -27,9 +29,12 @@ class BlobSettings(BaseModel):
     endpoint: str | None = Field(
         default=None, description="s3: the service's URL (default: AWS for the region)"
     )
-    region: str = "us-east-1"
-    access_key_id: str | None = None
-    secret_access_key: SecretStr | None = None
+    region: str = Field(default="us-east-1", description="The bucket's region (s3).")
+    access_key_id: str | None = Field(
+        default=None,
+        description="s3: the access key; give both it and secret_access_key, or neither.",
+    )
+    secret_access_key: SecretStr | None = Field(default=None, description="s3: its secret.")
     allow_http: bool = Field(
         default=False, description="s3: allow an http:// endpoint (a service on localhost)"
     )

@@ -29,10 +29,16 @@ class BuiltinEngineSettings(BaseModel):
         description="A .gguf file or a Hugging Face safetensors folder; default: SmolLM2-135M.",
     )
     model_name: str | None = Field(default=None, description="Name clients use; default: file's.")
-    kv_cache_tokens: int = Field(default=32_768, gt=0)
-    block_size: int = Field(default=16, gt=0)
-    max_batch_tokens: int = Field(default=512, gt=0)
-    max_running: int = Field(default=64, gt=0)
+    kv_cache_tokens: int = Field(
+        default=32_768, gt=0, description="Tokens the paged KV cache holds, all sequences together."
+    )
+    block_size: int = Field(default=16, gt=0, description="Tokens in one KV cache block.")
+    max_batch_tokens: int = Field(
+        default=512, gt=0, description="Tokens one engine step computes at most (prefill chunks)."
+    )
+    max_running: int = Field(
+        default=64, gt=0, description="Sequences generated at once: the engine's slots."
+    )
     precision: Literal["auto", "fp32", "bf16", "int8", "int4", "w8a8"] = Field(
         default="auto",
         description="The weights: fp32, bf16, int8 or int4 (weight-only; activations and KV "
@@ -70,10 +76,12 @@ class FakeEngineSettings(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    time_to_first_token_ms: float = Field(default=50, ge=0)
-    inter_token_latency_ms: float = Field(default=20, ge=0)
-    output_tokens: int = Field(default=32, ge=0)
-    slots: int = Field(default=8, gt=0)
+    time_to_first_token_ms: float = Field(
+        default=50, ge=0, description="Wait before the first token."
+    )
+    inter_token_latency_ms: float = Field(default=20, ge=0, description="Wait between tokens.")
+    output_tokens: int = Field(default=32, ge=0, description="Tokens an unscripted answer has.")
+    slots: int = Field(default=8, gt=0, description="Answers generated at once.")
     context_window: int = Field(default=8_192, gt=0, description="Tokens it reads (fake).")
     answers: dict[str, str] = Field(
         default_factory=dict,
