@@ -68,13 +68,13 @@ class Services:
     context: ChatContext
     reads: Reads
     archiver: Archiver
+    parsing: ParsePool
+    moderator: Moderator
+    exports: Exports
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
     supervisor: Supervisor = field(default_factory=Supervisor)
-    parsing: ParsePool = field(init=False)  # set by connect
-    moderator: Moderator = field(init=False)  # set by connect
-    exports: Exports = field(init=False)  # set by connect
 
     async def start(self) -> None:
         """Start the background work, each task kept alive by the supervisor: the sweeper,
@@ -157,46 +157,102 @@ def database(settings: Settings) -> Database:
     )
 
 
-def build_services(
-    settings: Settings,
-    *,
-    passwords: Passwords | None = None,
-    bus: Bus | None = None,
-    worker: bool = False,
-    engine: Engine | None = None,
-) -> Services:
-    """Everything one process needs; ``worker=True`` adds an engine and a worker."""
-    models = served_models(settings)
-    db = database(settings)
-    bus = bus or build_bus(settings)
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """The services every other is built on (``build_services``' first step)."""
+
+    budget: Budget
+    metrics: Metrics
+    admission: Admission
+    reads: Reads
+    finisher: Finisher
+    moderator: Moderator
+
+
+def _core(settings: Settings, db: Database, bus: Bus) -> _Core:
     budget = Budget(bus, settings)
     metrics = build_metrics(settings)
     admission = Admission(bus, settings, metrics=metrics)
     reads = Reads(db, bus, window=settings.read_your_writes_seconds)
     finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended], reads=reads)
-    context = ChatContext(settings, Retriever.from_settings(settings))
-    services = Services(
+    moderator = Moderator(settings, metrics=metrics.moderation)
+    return _Core(budget, metrics, admission, reads, finisher, moderator)
+
+
+def build_services(
+    settings: Settings,
+    *,
+    passwords: Passwords | None = None,
+    bus: Bus | None = None,
+    db: Database | None = None,
+    worker: bool = False,
+    engine: Engine | None = None,
+) -> Services:
+    """Everything one process needs, each service built whole, in order, with what it uses
+    passed to it; ``worker=True`` adds an engine (the settings' own unless one is given) and
+    a worker, whose free slots take runs made in this process (a hand-off)."""
+    models = served_models(settings)
+    db = db or database(settings)
+    bus = bus or build_bus(settings)
+    core = _core(settings, db, bus)
+    archive = archiver(settings, db)
+    engine = (engine or build_engine(settings)) if worker else None
+    counter = engine_counter(settings, engine)
+    context = ChatContext(settings, Retriever.from_settings(settings), counter=counter)
+    made = None if engine is None else make_worker(settings, engine, db, bus, core, context)
+    submitter = Submitter(
+        db,
+        bus,
+        core.budget,
+        settings,
+        models,
+        core.admission,
+        context,
+        metrics=core.metrics,
+        refusals=Refusals(db, core.finisher, core.moderator),
+        archiver=archive,
+        handoff=None if made is None else made[1],
+    )
+    return _assembled(settings, db, bus, core, submitter, context, archive, models, passwords, made)
+
+
+def _assembled(
+    settings: Settings,
+    db: Database,
+    bus: Bus,
+    core: _Core,
+    submitter: Submitter,
+    context: ChatContext,
+    archive: Archiver,
+    models: list[str],
+    passwords: Passwords | None,
+    made: tuple[Engine, Worker, Summaries] | None,
+) -> Services:
+    secret = settings.secret_key.get_secret_value()
+    return Services(
         settings=settings,
         db=db,
         bus=bus,
-        budget=budget,
-        finisher=finisher,
+        budget=core.budget,
+        finisher=core.finisher,
         accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
-        admission=admission,
-        submitter=Submitter(db, bus, budget, settings, models, admission, context, metrics=metrics),
+        admission=core.admission,
+        submitter=submitter,
         context=context,
-        relay=Relay(db, bus, settings, metrics=metrics),
-        sweeper=Sweeper(db, bus, finisher, admission, settings),
+        relay=Relay(db, bus, settings, metrics=core.metrics),
+        sweeper=Sweeper(db, bus, core.finisher, core.admission, settings),
         models=models,
-        cursors=Cursors(settings.secret_key.get_secret_value()),
-        metrics=metrics,
-        reads=reads,
-        archiver=archiver(settings, db),
+        cursors=Cursors(secret),
+        metrics=core.metrics,
+        reads=core.reads,
+        archiver=archive,
+        parsing=ParsePool(settings.parsing),
+        moderator=core.moderator,
+        exports=Exports(db, archive, settings.portability, secret),
+        engine=None if made is None else made[0],
+        worker=None if made is None else made[1],
+        summaries=None if made is None else made[2],
     )
-    connect(services)
-    if worker:
-        add_worker(services, engine)
-    return services
 
 
 def served_models(settings: Settings) -> list[str]:
@@ -210,31 +266,16 @@ def archiver(settings: Settings, db: Database) -> Archiver:
     return Archiver.from_settings(db, settings)
 
 
-def connect(services: Services) -> None:
-    """The services built from others: the moderator (``safety/``), which prompts go
-    through before admission; the archive a message to an archived chat restores it from;
-    the exports, which read the archive too."""
-    settings = services.settings
-    services.moderator = Moderator(settings, metrics=services.metrics.moderation)
-    refusals = Refusals(services.db, services.finisher, services.moderator)
-    services.submitter.check_prompts_with(refusals)
-    services.submitter.restore_with(services.archiver)
-    secret = settings.secret_key.get_secret_value()
-    services.exports = Exports(services.db, services.archiver, settings.portability, secret)
-    services.parsing = ParsePool(settings.parsing)
-
-
 async def checked_services(settings: Settings, *, worker: bool) -> Services:
     """A process's services, once its database is migrated and its bus answers: both are
     checked before an engine is built, so a wrong URL fails at once, not after a model load."""
     from parley.store.migrate import upgrade
 
-    services = build_services(settings)
-    await upgrade(services.db)
-    await services.bus.ping()
-    if worker:
-        add_worker(services)
-    return services
+    db = database(settings)
+    await upgrade(db)
+    bus = build_bus(settings)
+    await bus.ping()
+    return build_services(settings, db=db, bus=bus, worker=worker)
 
 
 def check_downgrades(settings: Settings, models: list[str]) -> None:
@@ -259,35 +300,43 @@ def _builtin(engine: Engine) -> Engine | None:
     return next((one for one in engines if getattr(one, "tokenizer", None) is not None), None)
 
 
-def add_worker(services: Services, engine: Engine | None = None) -> None:
-    """Give the process an engine (the settings' own unless one is given) and a worker."""
-    settings = services.settings
-    services.engine = engine or build_engine(settings)
+def engine_counter(settings: Settings, engine: Engine | None) -> PromptCounter | None:
+    """With an engine in this process, prompts are counted with its own tokenizer (not read
+    from disk again); without one, the context loads the models' tokenizers when first
+    asked (``ChatContext.counter``)."""
+    if engine is None:
+        return None
+    tokenizer = builtin_tokenizer(engine)
+    window = getattr(_builtin(engine), "context_window", None)
+    return PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer, builtin_window=window)
+
+
+def make_worker(
+    settings: Settings,
+    engine: Engine,
+    db: Database,
+    bus: Bus,
+    core: _Core,
+    context: ChatContext,
+) -> tuple[Engine, Worker, Summaries]:
+    """This process's worker around its engine, and the summaries it folds."""
     concurrency = settings.worker_concurrency or engine_slots(settings)
     if settings.reserved_slots >= concurrency:
         raise ConfigurationError(
             f"reserved_slots ({settings.reserved_slots}) must be below the worker's "
             f"concurrency ({concurrency}): the other tiers would get no slot"
         )
-    summaries = services.summaries = Summaries(services.db, services.bus, settings)
-    services.worker = Worker(
-        services.db,
-        services.bus,
-        services.engine,
-        services.finisher,
+    summaries = Summaries(db, bus, settings)
+    worker = Worker(
+        db,
+        bus,
+        engine,
+        core.finisher,
         settings,
-        admission=services.admission,
-        prompting=Prompting(services.db, services.engine, services.context, summaries),
+        admission=core.admission,
+        prompting=Prompting(db, engine, context, summaries),
         concurrency=concurrency,
-        metrics=services.metrics,
-        moderator=services.moderator,
+        metrics=core.metrics,
+        moderator=core.moderator,
     )
-    # prompts are counted with the engine's own tokenizer (not read from disk again)
-    tokenizer = builtin_tokenizer(services.engine)
-    window = getattr(_builtin(services.engine), "context_window", None)
-    services.context.count_with(
-        PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer, builtin_window=window)
-    )
-    # the process's own worker takes runs made while it has a free slot and nothing is
-    # queued, claimed in the transaction that makes them
-    services.submitter.hand_off_to(services.worker)
+    return engine, worker, summaries

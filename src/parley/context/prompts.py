@@ -78,10 +78,18 @@ class _Draft:
 
 
 class ChatContext:
-    def __init__(self, settings: Settings, retrieval: Retrieval | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        retrieval: Retrieval | None = None,
+        *,
+        counter: PromptCounter | None = None,
+    ) -> None:
+        """``counter``: one whose tokenizers this process has loaded (its engine's); else
+        the models' tokenizers are loaded at the first need."""
         self._settings = settings
         self._retrieval = retrieval
-        self._counter: PromptCounter | None = None
+        self._counter = counter
 
     async def close(self) -> None:
         close = getattr(self._retrieval, "close", None)
@@ -95,10 +103,6 @@ class ChatContext:
     @property
     def enabled(self) -> bool:
         return self._settings.context.enabled
-
-    def count_with(self, counter: PromptCounter) -> None:
-        """Count with ``counter`` (one whose tokenizers this process has loaded)."""
-        self._counter = counter
 
     async def counter(self) -> PromptCounter:
         """The models' tokenizers, loaded at the first need unless given."""

@@ -79,9 +79,16 @@ class Submitter:
         context: ChatContext,
         *,
         metrics: Metrics | None = None,
+        refusals: Refusals | None = None,
+        archiver: Archiver | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
+        """``refusals``: prompts go through the tier's input classifiers before admission;
+        ``archiver``: a message to an archived chat brings the chat back first;
+        ``handoff``: runs made while it has a free slot and nothing is queued go to it
+        directly (a worker in this process: ``parley serve``)."""
         self._metrics = metrics
-        self._refusals: Refusals | None = None
+        self._refusals = refusals
         self._admission = admission
         self.costs = Costs(db, budget, context)
         self._db = db
@@ -90,25 +97,12 @@ class Submitter:
         self._settings = settings
         self._models = models
         self.rules = Rules(settings, models)
-        self._handoff: Handoff | None = None
-        self._archiver: Archiver | None = None
+        self._handoff = handoff
+        self._archiver = archiver
 
     @property
     def _lease(self) -> timedelta:
         return timedelta(seconds=self._settings.lease_seconds)
-
-    def restore_with(self, archiver: Archiver) -> None:
-        """A message to an archived chat brings the chat back first (``archive/``)."""
-        self._archiver = archiver
-
-    def check_prompts_with(self, refusals: Refusals) -> None:
-        """Prompts go through the tier's input classifiers before admission."""
-        self._refusals = refusals
-
-    def hand_off_to(self, handoff: Handoff) -> None:
-        """Runs made while ``handoff`` has a free slot and nothing is queued go to it
-        directly (a worker in this process: ``parley serve``)."""
-        self._handoff = handoff
 
     @tracing.traced(tracing.RUN_SUBMIT, result=tracing.run_attributes)
     async def submit(
