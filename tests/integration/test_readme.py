@@ -21,17 +21,22 @@ def walkthrough_script() -> str:
     return match.group(1)
 
 
-def test_readme_curl_session(served: str) -> None:
-    script = "set -euo pipefail\n" + walkthrough_script()
+def run_script(script: str, base: str) -> subprocess.CompletedProcess[str]:
+    """A doc's shell commands, as written, against the server at ``base``; they succeed."""
     r = subprocess.run(
-        ["bash", "-c", script],
-        env={"BASE": served, "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        ["bash", "-c", "set -euo pipefail\n" + script],
+        env={"BASE": base, "PATH": "/usr/bin:/bin:/usr/local/bin"},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_readme_curl_session(served: str) -> None:
+    r = run_script(walkthrough_script(), served)
     # every curl printed one JSON document; split them
     decoder = json.JSONDecoder()
     out, docs, i = r.stdout, [], 0
@@ -62,15 +67,7 @@ def test_the_readme_quick_start_signs_up_makes_a_chat_and_streams_an_answer(serv
     assert match, "README lost its quick start blocks"
     blocks = re.findall(r"```bash\n(.*?)```", match.group(1), re.S)
     assert len(blocks) == 2, blocks
-    r = subprocess.run(
-        ["bash", "-c", "set -euo pipefail\n" + "".join(blocks)],
-        env={"BASE": served, "PATH": "/usr/bin:/bin:/usr/local/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
+    r = run_script("".join(blocks), served)
     assert r.stdout.startswith("id: ") and "event: status" in r.stdout, r.stdout[:300]
     assert "event: delta" in r.stdout
     done = r.stdout.rsplit("event: done\ndata: ", 1)[1]

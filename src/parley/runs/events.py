@@ -111,11 +111,14 @@ def encode(event: StreamEvent) -> RunEvent:
 
 
 def _defaulted(event: StreamEvent) -> set[str]:
-    return {
-        name
-        for name, field in type(event).model_fields.items()
-        if not field.is_required() and getattr(event, name) == field.default
-    }
+    return {name for name, default in _OPTIONAL[type(event)] if getattr(event, name) == default}
+
+
+# each event type's optional fields and their defaults, read once (encode runs per token)
+_OPTIONAL: Final[dict[type[StreamEvent], tuple[tuple[str, Any], ...]]] = {
+    t: tuple((n, f.default) for n, f in t.model_fields.items() if not f.is_required())
+    for t in EVENT_TYPES.values()
+}
 
 
 def decode(event: RunEvent) -> StreamEvent:
