@@ -51,10 +51,10 @@ from typing import IO, Any, cast
 
 import httpx
 
-from parley.config import ReplicaSettings, UpstreamSettings
 from parley.engines.interface import ChatMessage, Delta, EngineError, GenerationRequest
 from parley.engines.router import Replica, Router
 from parley.engines.sampling import GREEDY
+from parley.engines.settings import ReplicaSettings, UpstreamSettings
 
 REPO = Path(__file__).resolve().parents[1]
 REPLICAS = 3

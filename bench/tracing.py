@@ -100,7 +100,7 @@ async def deltas(n: int, wrap: bool) -> float:
 
 def tracing_on(on: bool) -> None:
     if on:
-        tracing.configure(Settings(), service="bench", exporter=Dropping())
+        tracing.configure(Settings().observability, service="bench", exporter=Dropping())
     else:
         tracing.shutdown()
 

@@ -99,6 +99,20 @@ def render() -> str:
             out.append("\n| --- | --- | --- | --- | --- |\n")
             out.append("\n".join(rows) + "\n")
         queue.extend(sections)
+    return "".join(out) + _former_names()
+
+
+def _former_names() -> str:
+    """The flat names of before the sections, which still read (``settings_aliases.py``)."""
+    from parley.settings_aliases import ALIASES
+
+    out = [
+        "\n## Former names\n\nThe flat names below still read, as keywords, top-level TOML keys "
+        "and `PARLEY_*` variables, and mean the section's field; a section's own name wins.\n",
+        "\n| former name | environment | now |\n| --- | --- | --- |\n",
+    ]
+    for name, (section, field) in ALIASES.items():
+        out.append(f"| `{name}` | `PARLEY_{name.upper()}` | `{section}.{field}` |\n")
     return "".join(out)
 
 

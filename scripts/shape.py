@@ -3,6 +3,8 @@
 * no module under src/parley over 400 lines (migrations aside), no function over 40 lines;
 * no import circle between modules (imports for type checking included: a circle there is
   still two concepts that each need the other);
+* no module but the composition root and the CLI imports the root settings
+  (``parley.config``): each takes its own section;
 * the web client's names of a run's stream events (``web/js/events.js``) are the server's
   (``parley.runs.events.KINDS``).
 """
@@ -101,6 +103,30 @@ def _strongly_connected(graph: dict[str, set[str]]) -> Iterator[list[str]]:
                 low[node] = min(low[node], index[nxt])
 
 
+# the composition root and the CLI (its subcommands' handlers) read the root settings;
+# every other module takes its own section (``parley.config`` composes them)
+ROOT_SETTINGS_READERS = {
+    "parley.config",
+    "parley.services",
+    "parley.cli",
+    "parley.capacity.cli",
+    "parley.accounts.admin",
+    "parley.archive.admin",
+    "parley.portability.admin",
+    "parley.safety.admin",
+}
+
+
+def root_settings(root: Path, modules: list[Path]) -> list[str]:
+    """Modules other than the composition root and the CLI that import the root settings."""
+    names = {module_name(root, p): p for p in modules}
+    return [
+        f"{path}: imports the root settings (take the package's own section instead)"
+        for name, path in names.items()
+        if name not in ROOT_SETTINGS_READERS and "parley.config" in imported(name, path, set(names))
+    ]
+
+
 def event_names(root: Path) -> list[str]:
     """The stream's event names in the web client and in ``parley.runs.events``."""
     client = re.findall(r'^\s+\w+: "(\w+)",$', (root / "web/js/events.js").read_text(), re.M)
@@ -114,15 +140,20 @@ def event_names(root: Path) -> list[str]:
 
 def main(root: Path) -> int:
     modules = [p for p in sorted(root.rglob("*.py")) if "migrations" not in p.parts]
-    wrong = sizes(root, modules) + circles(root, modules) + event_names(root)
+    wrong = (
+        sizes(root, modules)
+        + circles(root, modules)
+        + root_settings(root, modules)
+        + event_names(root)
+    )
     for line in wrong:
         print(line)
     if wrong:
         return 1
     print(
         f"shape: {len(modules)} modules, none over {MAX_MODULE_LINES} lines, no function "
-        f"over {MAX_FUNCTION_LINES} lines, no import circle; the client's event names are "
-        "the server's"
+        f"over {MAX_FUNCTION_LINES} lines, no import circle, the root settings read only by "
+        "the composition root and the CLI; the client's event names are the server's"
     )
     return 0
 

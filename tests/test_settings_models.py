@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from parley.config import load_settings
-from parley.engines.registry import configured_models, engine_slots
+from parley.engines.registry import configured_models, engine_capacity
 from parley.errors import ConfigurationError
 
 FLEET = {
@@ -23,12 +23,12 @@ FLEET = {
 
 def test_several_models_are_served_the_first_the_default() -> None:
     settings = load_settings(models=[FLEET, {"name": "parley-fake", "engine": "fake"}])
-    assert configured_models(settings) == ["llama", "parley-fake"]
-    assert engine_slots(settings) == 32 + 16 + settings.fake_engine.slots
+    assert configured_models(settings.engines) == ["llama", "parley-fake"]
+    assert engine_capacity(settings.engines) == 32 + 16 + settings.engines.fake.slots
 
 
 def test_without_models_the_one_engine_serves() -> None:
-    assert configured_models(load_settings(engine="fake")) == ["parley-fake"]
+    assert configured_models(load_settings(engine="fake").engines) == ["parley-fake"]
 
 
 @pytest.mark.parametrize(
@@ -70,4 +70,4 @@ def test_engine_openai_needs_its_replicas_under_models() -> None:
 def test_the_api_key_is_never_shown_in_the_settings() -> None:
     settings = load_settings(models=[{**FLEET, "upstream": {"api_key": "sk-secret-value"}}])
     assert "sk-secret-value" not in repr(settings)
-    assert settings.models[0].upstream.resolved_api_key() == "sk-secret-value"
+    assert settings.engines.models[0].upstream.resolved_api_key() == "sk-secret-value"

@@ -130,7 +130,7 @@ async def test_a_worker_whose_lease_renewer_dies_is_restarted_and_serves(
     its leases must not take runs): the supervisor starts both again."""
     worker = run_services.worker
     assert worker is not None
-    offer = worker._offer_slots
+    offer = worker._offer_capacity
     calls = 0
 
     async def breaks_once() -> None:
@@ -141,7 +141,7 @@ async def test_a_worker_whose_lease_renewer_dies_is_restarted_and_serves(
         await offer()
 
     run_services.supervisor.first_backoff = 0.01
-    worker._offer_slots = breaks_once  # type: ignore[method-assign]
+    worker._offer_capacity = breaks_once  # type: ignore[method-assign]
     watched = run_services.supervisor.watched["worker"]
     with caplog.at_level(logging.ERROR):
         await eventually(lambda: _true(calls >= 3), "the worker to start again")

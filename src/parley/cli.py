@@ -17,7 +17,9 @@ from parley import crashpoints, logs
 from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
 from parley.capacity.cli import add_capacity_parser
-from parley.config import EngineKind, Settings, load_settings
+from parley.config import Settings, load_settings
+from parley.engines.kinds import KINDS
+from parley.engines.settings import EngineKind
 from parley.errors import ConfigurationError
 from parley.safety.admin import add_runs_parser
 
@@ -95,7 +97,9 @@ def _engine_parser(sub: Any) -> None:
     _settings_args(engine_serve)
     engine_serve.add_argument("--host")
     engine_serve.add_argument("--port", type=int)
-    engine_serve.add_argument("--engine", choices=[EngineKind.BUILTIN.value, EngineKind.FAKE.value])
+    engine_serve.add_argument(
+        "--engine", choices=[k.value for k, d in KINDS.items() if d.in_process]
+    )
     engine_serve.add_argument("--model", type=Path, help="a .gguf file or HF folder (builtin)")
     engine_serve.add_argument("--served-model-name", help="the name clients ask for")
     engine_serve.set_defaults(handler=_engine_serve)
@@ -129,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.configure(args.log_format or logs.LogFormat.AUTO, args.log_level)
         print(f"parley: {e}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_format, args.log_level)
+    logs.configure(settings.observability.log_format, args.log_level)
     crashpoints.arm(settings.crash_at)  # (tests only: refused in production)
     handler: Handler = args.handler
     try:
@@ -151,7 +155,7 @@ def _unreachable(e: Exception, settings: Settings) -> str | None:
     serve`` loads neither) cannot have failed in it."""
     redis_errors = sys.modules.get("redis.exceptions")
     if redis_errors is not None and isinstance(e, redis_errors.RedisError):
-        return f"cannot use redis at {_redact(settings.redis_url or '')}: {e}"
+        return f"cannot use redis at {_redact(settings.bus.redis_url or '')}: {e}"
     sa_errors = sys.modules.get("sqlalchemy.exc")
     database_errors = (OSError,) if sa_errors is None else (OSError, sa_errors.SQLAlchemyError)
     if isinstance(e, database_errors):
@@ -165,7 +169,7 @@ async def _serve(_: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _api(_: argparse.Namespace, settings: Settings) -> int:
-    if not settings.redis_url:
+    if not settings.bus.redis_url:
         return _fail("parley api shares its bus with workers: give --redis-url (or use serve)")
     return await _http(settings, worker=False)
 
@@ -180,11 +184,11 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     services = await checked_services(settings, worker=worker)
     app = create_app(services)
     # proxy_headers off: uvicorn would believe X-Forwarded-For from 127.0.0.1; parley reads
-    # it itself, from settings.trusted_proxies only (api.deps.client_address)
+    # it itself, from http.trusted_proxies only (api.deps.client_address)
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.http.host,
+        port=settings.http.port,
         # uvicorn sets its own loggers to this level: the one --log-level gave the root's
         log_level=logging.getLogger().getEffectiveLevel(),
         log_config=None,  # uvicorn's lines go to the root logger, in parley's format
@@ -192,9 +196,14 @@ async def _http(settings: Settings, *, worker: bool) -> int:
         proxy_headers=False,
     )
     log.info(
-        "parley %s on http://%s:%d", "serving" if worker else "api", settings.host, settings.port
+        "parley %s on http://%s:%d",
+        "serving" if worker else "api",
+        settings.http.host,
+        settings.http.port,
     )
-    tracing.configure(settings, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API)
+    tracing.configure(
+        settings.observability, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API
+    )
     _freeze_startup_objects()
     try:
         await _serve_watched(uvicorn.Server(config), services.supervisor)
@@ -227,34 +236,30 @@ def _exit_code(supervisor: Supervisor) -> int:
 async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from parley.engines import registry
-    from parley.engines.fake import FAKE_MODEL
-    from parley.engines.interface import Engine
+    from parley.engines.kinds import described
+    from parley.engines.prompt_counts import BuiltinFiles
     from parley.engines.server import EngineServer
     from parley.safety.rules import RuleSet
     from parley.supervision import Supervisor
 
-    engine: Engine
-
-    if settings.engine is EngineKind.FAKE:
-        name = args.served_model_name or FAKE_MODEL
-        engine = registry.fake_engine(settings)
-    elif settings.engine is EngineKind.BUILTIN:
-        name = args.served_model_name or registry.builtin_model_name(settings)
-        engine = registry.builtin_engine(settings, name=name)
-    else:
-        return _fail("parley engine serve runs the builtin or the fake engine")
-    server = EngineServer(engine, name, default_max_tokens=settings.default_max_tokens)
+    kind = described(settings.engines.kind)
+    if not kind.in_process or kind.default_model is None:
+        return _fail(f"parley engine serve runs an engine of its own, not {kind.kind.value}")
+    model = kind.default_model(settings.engines)
+    name = args.served_model_name or model.name
+    files = BuiltinFiles(settings.engines.builtin.model)
+    engine = kind.build(model.model_copy(update={"name": name}), settings.engines, files)
+    server = EngineServer(engine, name, default_max_tokens=settings.qos.default_max_tokens)
     server.categorize = RuleSet("rules", settings.safety.rules()).categories_of  # /v1/moderations
     config = uvicorn.Config(
         server.app(),
-        host=settings.host,
-        port=settings.port,
+        host=settings.http.host,
+        port=settings.http.port,
         log_level="warning",
         log_config=None,  # uvicorn's lines go to the root logger, in parley's format
         lifespan="on",
     )
-    log.info("engine serving %s on http://%s:%d/v1", name, settings.host, settings.port)
+    log.info("engine serving %s on http://%s:%d/v1", name, settings.http.host, settings.http.port)
     _freeze_startup_objects()
     supervisor = Supervisor()  # an engine that failed for good: exit 1
     supervisor.watch_engine(engine)
@@ -278,14 +283,14 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     from parley.observability import tracing
     from parley.services import checked_services
 
-    if not settings.redis_url:
+    if not settings.bus.redis_url:
         return _fail("parley worker takes runs from a shared bus: give --redis-url (or use serve)")
     services = await checked_services(settings, worker=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    tracing.configure(settings, service=tracing.SERVICE_WORKER)
+    tracing.configure(settings.observability, service=tracing.SERVICE_WORKER)
     await services.start()
     assert services.worker is not None
     metrics = _worker_metrics(services, settings)
@@ -296,7 +301,7 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
     fatal.cancel()
     stopped.cancel()
     log.info("parley worker stopping: finishing runs in progress")
-    await services.close(grace=settings.lease_seconds)
+    await services.close(grace=settings.runs.lease_seconds)
     if metrics is not None:
         await metrics.stop()
     tracing.shutdown()  # export the spans still pending
@@ -305,13 +310,14 @@ async def _worker(_: argparse.Namespace, settings: Settings) -> int:
 
 def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | None:
     """A worker's own /metrics on ``metrics_port`` (for a worker on a host of its own)."""
-    if settings.metrics_port is None:
+    seen = settings.observability
+    if seen.metrics_port is None:
         return None
     from parley.observability.server import MetricsServer, metrics_app
 
-    app = metrics_app(services.metrics, services.bus, services.engine, settings.metrics_token)
-    log.info("worker metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
-    return MetricsServer(app, settings.host, settings.metrics_port)
+    app = metrics_app(services.metrics, services.bus, services.engine, seen.metrics_token)
+    log.info("worker metrics on http://%s:%d/metrics", settings.http.host, seen.metrics_port)
+    return MetricsServer(app, settings.http.host, seen.metrics_port)
 
 
 async def _migrate(_: argparse.Namespace, settings: Settings) -> int:
@@ -345,7 +351,7 @@ def _redact(url: str) -> str:
 def _safe_url(settings: Settings) -> str:
     from sqlalchemy.engine import make_url
 
-    return make_url(settings.resolved_database_url).render_as_string(hide_password=True)
+    return make_url(settings.database.resolved_url).render_as_string(hide_password=True)
 
 
 def _fail(message: str) -> int:

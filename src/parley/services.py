@@ -9,7 +9,6 @@ the HTTP layer nor an engine (engines are built on demand, for processes with a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
 
 from parley.accounts.passwords import Passwords
 from parley.accounts.service import Accounts
@@ -23,16 +22,16 @@ from parley.config import Settings
 from parley.context.prompts import ChatContext
 from parley.context.retrieval import Retriever
 from parley.context.summaries import Summaries
-from parley.engines.catalog import Catalog
 from parley.engines.interface import Engine
-from parley.engines.registry import build_engine, configured_models, engine_slots
+from parley.engines.prompt_counts import BuiltinFiles
+from parley.engines.registry import build_engine, configured_models, engine_capacity
 from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
 from parley.parsing.pool import ParsePool
 from parley.portability.exports import Exports
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
-from parley.qos.costs import PromptCounter
+from parley.qos.prompt_counter import PromptCounter
 from parley.runs.finisher import Finisher
 from parley.runs.generation import Prompting
 from parley.runs.refusals import Refusals
@@ -45,9 +44,6 @@ from parley.store.database import Database
 from parley.store.pages import Cursors
 from parley.store.routing import Reads
 from parley.supervision import Supervisor
-
-if TYPE_CHECKING:
-    from parley.engines.builtin.tokenizer import TextTokenizer
 
 
 @dataclass(slots=True)
@@ -87,7 +83,7 @@ class Services:
         if self.engine is not None:
             await self.engine.start()
             engine = self.engine
-            interval = self.settings.metrics_sample_seconds
+            interval = self.settings.observability.metrics_sample_seconds
             keep("metrics", lambda: self.metrics.sample_forever(engine, interval))
             self.supervisor.watch_engine(engine)
         if self.worker is not None:
@@ -125,12 +121,13 @@ class Services:
 
 
 def bus_limits(settings: Settings) -> BusLimits:
+    b = settings.bus
     return BusLimits(
-        queue_max=settings.queue_max,
-        stream_maxlen=settings.stream_maxlen,
-        stream_ttl_seconds=settings.stream_ttl_seconds,
-        cancel_ttl_seconds=settings.stream_ttl_seconds,
-        append_batching=settings.stream_append_batching,
+        queue_max=settings.qos.queue_max,
+        stream_maxlen=b.stream_maxlen,
+        stream_ttl_seconds=b.stream_ttl_seconds,
+        cancel_ttl_seconds=b.stream_ttl_seconds,
+        append_batching=b.stream_append_batching,
     )
 
 
@@ -138,22 +135,24 @@ def build_bus(
     settings: Settings, *, redis_url: str | None = None, namespace: str | None = None
 ) -> Bus:
     """The bus the settings name: Redis (``redis_url``, or the settings' own), else in-process."""
-    url = redis_url or settings.redis_url
+    url = redis_url or settings.bus.redis_url
     if url:
         from parley.bus.redis import RedisBus
 
-        return RedisBus(url, bus_limits(settings), namespace=namespace or settings.redis_namespace)
+        prefix = namespace or settings.bus.redis_namespace
+        return RedisBus(url, bus_limits(settings), namespace=prefix)
     return MemoryBus(bus_limits(settings))
 
 
 def database(settings: Settings) -> Database:
     """The database the settings name: the primary, and its replicas if configured."""
+    d = settings.database
     return Database(
-        settings.resolved_database_url,
-        echo=settings.database_echo,
-        replica_url=settings.database_replica_url,
-        connect_timeout=settings.database_connect_timeout_seconds,
-        pool_size=settings.database_pool_size,
+        d.resolved_url,
+        echo=d.echo,
+        replica_url=d.replica_url,
+        connect_timeout=d.connect_timeout_seconds,
+        pool_size=d.pool_size,
     )
 
 
@@ -170,12 +169,13 @@ class _Core:
 
 
 def _core(settings: Settings, db: Database, bus: Bus) -> _Core:
-    budget = Budget(bus, settings)
-    metrics = build_metrics(settings)
-    admission = Admission(bus, settings, metrics=metrics)
-    reads = Reads(db, bus, window=settings.read_your_writes_seconds)
+    qos = settings.qos
+    budget = Budget(bus, qos)
+    metrics = build_metrics(settings.observability, settings.engines, qos)
+    admission = Admission(bus, qos, settings.runs, metrics=metrics)
+    reads = Reads(db, bus, window=settings.database.read_your_writes_seconds)
     finisher = Finisher(db, bus, budget, admission, listeners=[metrics.run_ended], reads=reads)
-    moderator = Moderator(settings, metrics=metrics.moderation)
+    moderator = Moderator(settings.safety, qos, metrics=metrics.moderation)
     return _Core(budget, metrics, admission, reads, finisher, moderator)
 
 
@@ -186,25 +186,25 @@ def build_services(
     bus: Bus | None = None,
     db: Database | None = None,
     worker: bool = False,
-    engine: Engine | None = None,
 ) -> Services:
     """Everything one process needs, each service built whole, in order, with what it uses
-    passed to it; ``worker=True`` adds an engine (the settings' own unless one is given) and
-    a worker, whose free slots take runs made in this process (a hand-off)."""
+    passed to it; ``worker=True`` adds the settings' engine and a worker, whose free slots
+    take runs made in this process (a hand-off)."""
     models = served_models(settings)
     db = db or database(settings)
     bus = bus or build_bus(settings)
     core = _core(settings, db, bus)
     archive = archiver(settings, db)
-    engine = (engine or build_engine(settings)) if worker else None
-    counter = engine_counter(settings, engine)
-    context = ChatContext(settings, Retriever.from_settings(settings), counter=counter)
+    files = BuiltinFiles(settings.engines.builtin.model)
+    engine = build_engine(settings.engines, files) if worker else None
+    context = chat_context(settings, None if engine is None else files)
     made = None if engine is None else make_worker(settings, engine, db, bus, core, context)
     submitter = Submitter(
         db,
         bus,
         core.budget,
-        settings,
+        settings.qos,
+        settings.runs,
         models,
         core.admission,
         context,
@@ -214,6 +214,43 @@ def build_services(
         handoff=None if made is None else made[1],
     )
     return _assembled(settings, db, bus, core, submitter, context, archive, models, passwords, made)
+
+
+def chat_context(settings: Settings, files: BuiltinFiles | None) -> ChatContext:
+    """``files``: what this process's engine read, to count prompts with (not read from
+    disk again); None: the context loads the models' tokenizers when first asked."""
+    counter = None if files is None else PromptCounter.from_settings(settings.engines, files=files)
+    return ChatContext(
+        settings.context,
+        Retriever.from_settings(settings.context),
+        qos=settings.qos,
+        engines=settings.engines,
+        attachments=settings.attachments,
+        counter=counter,
+    )
+
+
+def accounts(settings: Settings, db: Database, bus: Bus, passwords: Passwords) -> Accounts:
+    return Accounts(
+        db,
+        settings.accounts,
+        passwords,
+        AccountThrottles(bus, settings.accounts),
+        secret_key=settings.secret_key.get_secret_value(),
+        default_tier=settings.qos.default_tier,
+    )
+
+
+def sweeper(settings: Settings, db: Database, bus: Bus, core: _Core) -> Sweeper:
+    return Sweeper(
+        db,
+        bus,
+        core.finisher,
+        core.admission,
+        settings.runs,
+        tiers=settings.qos.tiers,
+        stream_maxlen=settings.bus.stream_maxlen,
+    )
 
 
 def _assembled(
@@ -235,12 +272,12 @@ def _assembled(
         bus=bus,
         budget=core.budget,
         finisher=core.finisher,
-        accounts=Accounts(db, settings, passwords or Passwords(), AccountThrottles(bus, settings)),
+        accounts=accounts(settings, db, bus, passwords or Passwords()),
         admission=core.admission,
         submitter=submitter,
         context=context,
-        relay=Relay(db, bus, settings, metrics=core.metrics),
-        sweeper=Sweeper(db, bus, core.finisher, core.admission, settings),
+        relay=Relay(db, bus, settings.runs, metrics=core.metrics),
+        sweeper=sweeper(settings, db, bus, core),
         models=models,
         cursors=Cursors(secret),
         metrics=core.metrics,
@@ -256,14 +293,14 @@ def _assembled(
 
 
 def served_models(settings: Settings) -> list[str]:
-    models = configured_models(settings)
+    models = configured_models(settings.engines)
     check_downgrades(settings, models)
     return models
 
 
 def archiver(settings: Settings, db: Database) -> Archiver:
     """The archive over the configured blob store (``archive/``, ``blobs/``)."""
-    return Archiver.from_settings(db, settings)
+    return Archiver.from_settings(db, settings.blobs, settings.archive, settings.data_dir)
 
 
 async def checked_services(settings: Settings, *, worker: bool) -> Services:
@@ -280,35 +317,12 @@ async def checked_services(settings: Settings, *, worker: bool) -> Services:
 
 def check_downgrades(settings: Settings, models: list[str]) -> None:
     """Every tier's ``downgrade_model`` is a model this service serves (at start-up)."""
-    for name, tier in settings.tiers.items():
+    for name, tier in settings.qos.tiers.items():
         if tier.downgrade_model is not None and tier.downgrade_model not in models:
             raise ConfigurationError(
                 f"tier {name!r}: downgrade_model {tier.downgrade_model!r} is not one of the "
                 f"models served ({', '.join(models)})"
             )
-
-
-def builtin_tokenizer(engine: Engine) -> TextTokenizer | None:
-    """The built-in engine's tokenizer, if ``engine`` is (or holds) the built-in engine."""
-    tokenizer = getattr(_builtin(engine), "tokenizer", None)
-    return None if tokenizer is None else cast("TextTokenizer", tokenizer)
-
-
-def _builtin(engine: Engine) -> Engine | None:
-    """The built-in engine, if ``engine`` is (or holds) it: the engine with a tokenizer."""
-    engines = engine.engines.values() if isinstance(engine, Catalog) else [engine]
-    return next((one for one in engines if getattr(one, "tokenizer", None) is not None), None)
-
-
-def engine_counter(settings: Settings, engine: Engine | None) -> PromptCounter | None:
-    """With an engine in this process, prompts are counted with its own tokenizer (not read
-    from disk again); without one, the context loads the models' tokenizers when first
-    asked (``ChatContext.counter``)."""
-    if engine is None:
-        return None
-    tokenizer = builtin_tokenizer(engine)
-    window = getattr(_builtin(engine), "context_window", None)
-    return PromptCounter.from_settings(settings, builtin_tokenizer=tokenizer, builtin_window=window)
 
 
 def make_worker(
@@ -320,19 +334,22 @@ def make_worker(
     context: ChatContext,
 ) -> tuple[Engine, Worker, Summaries]:
     """This process's worker around its engine, and the summaries it folds."""
-    concurrency = settings.worker_concurrency or engine_slots(settings)
-    if settings.reserved_slots >= concurrency:
+    runs = settings.runs
+    concurrency = runs.worker_concurrency or engine_capacity(settings.engines)
+    if runs.reserved_slots >= concurrency:
         raise ConfigurationError(
-            f"reserved_slots ({settings.reserved_slots}) must be below the worker's "
+            f"reserved_slots ({runs.reserved_slots}) must be below the worker's "
             f"concurrency ({concurrency}): the other tiers would get no slot"
         )
-    summaries = Summaries(db, bus, settings)
+    summaries = Summaries(db, bus, settings.context)
     worker = Worker(
         db,
         bus,
         engine,
         core.finisher,
-        settings,
+        runs,
+        qos=settings.qos,
+        engines=settings.engines,
         admission=core.admission,
         prompting=Prompting(db, engine, context, summaries),
         concurrency=concurrency,

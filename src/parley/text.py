@@ -35,6 +35,22 @@ def has_visible(text: str) -> bool:
     return any(is_visible(c) for c in text)
 
 
+DEFAULT_TITLE = "New chat"
+TITLE_FROM_CHARS = 60  # a title made from a message, at most
+
+
+def title_from(message: str, limit: int = TITLE_FROM_CHARS) -> str:
+    """A chat's title from its first message: the message's first line that shows
+    something, its whitespace collapsed, cut to ``limit`` characters (an ellipsis marks the
+    cut); the default title when no line shows anything. The one rule, for the web UI's new
+    chats (``title_from``) and for the chats programs keep (``store``)."""
+    line = next((one for one in message.splitlines() if has_visible(one)), "")
+    line = " ".join(line.split())
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line or DEFAULT_TITLE
+
+
 def check_title(title: str) -> None:
     """ValidationFailed (``invalid_title``) for a title of only invisible characters; a
     blank title is left to the caller (a new chat may take the default title)."""

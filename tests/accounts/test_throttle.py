@@ -37,7 +37,7 @@ def make(clock: Clock, **settings: Any) -> AccountThrottles:
         "signup_window_seconds": 100,
     }
     return AccountThrottles(
-        MemoryBus(clock=clock), load_settings(**{**base, **settings}), sleep=clock.sleep
+        MemoryBus(clock=clock), load_settings(**{**base, **settings}).accounts, sleep=clock.sleep
     )
 
 

@@ -241,7 +241,7 @@ async def test_store_keeps_the_conversation_as_a_chat(
     assert run["source"] == "api" and run["chat_id"] is not None
     chats = (await run_client.get("/api/chats", headers=auth)).json()["data"]
     assert [(c["id"], c["title"]) for c in chats] == [
-        (run["chat_id"], "First question with a second line")
+        (run["chat_id"], "First question")  # the one title rule: parley.text.title_from
     ]
     r = await run_client.get(
         f"/api/chats/{run['chat_id']}/messages", params={"order": "asc"}, headers=auth

@@ -38,3 +38,19 @@ async def test_bidi_controls_beside_visible_text_are_kept(
     r = await client.post("/api/chats", json={"title": title}, headers=auth)
     assert r.status_code == 201
     assert r.json()["title"] == title
+
+
+async def test_a_chat_titled_from_its_message_takes_its_first_visible_line(
+    client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """The one title rule (``parley.text.title_from``): the web UI's new chats use it."""
+    made = await client.post(
+        "/api/chats", json={"title_from": "\u200b\n  Plan   the\ttrip \nsecond line"}, headers=auth
+    )
+    assert made.status_code == 201 and made.json()["title"] == "Plan the trip"
+    long = await client.post("/api/chats", json={"title_from": "w" * 100}, headers=auth)
+    assert long.json()["title"] == "w" * 59 + "…"
+    blank = await client.post("/api/chats", json={"title_from": "\u200b\n \n"}, headers=auth)
+    assert blank.json()["title"] == "New chat"
+    both = await client.post("/api/chats", json={"title": "a", "title_from": "b"}, headers=auth)
+    assert assert_error(both, 422, "invalid_title")["param"] == "title_from"

@@ -292,36 +292,36 @@ async def test_run_slots_are_exact_under_concurrency_and_apart_from_stream_slots
 ) -> None:
     """100 runs of one user ask at once for one of its 3 run slots: exactly 3 get one."""
     held = await asyncio.gather(
-        *(bus.hold_run_slot("u1", f"r{i}", limit=3, ttl=30) for i in range(100))
+        *(bus.hold_user_run("u1", f"r{i}", limit=3, ttl=30) for i in range(100))
     )
     winners = [f"r{i}" for i, ok in enumerate(held) if ok]
     assert len(winners) == 3
-    assert await bus.hold_run_slot("u1", winners[0], limit=3, ttl=30)  # a holder refreshes
+    assert await bus.hold_user_run("u1", winners[0], limit=3, ttl=30)  # a holder refreshes
     assert await bus.open_stream("u1", "s1", limit=1, ttl=30)  # stream slots are apart
-    assert await bus.hold_run_slot("u2", "x", limit=1, ttl=30)  # users are apart
-    await bus.release_run_slot("u1", winners[0])
-    assert await bus.hold_run_slot("u1", "late", limit=3, ttl=30)
-    assert not await bus.hold_run_slot("u1", "later", limit=3, ttl=30)
+    assert await bus.hold_user_run("u2", "x", limit=1, ttl=30)  # users are apart
+    await bus.release_user_run("u1", winners[0])
+    assert await bus.hold_user_run("u1", "late", limit=3, ttl=30)
+    assert not await bus.hold_user_run("u1", "later", limit=3, ttl=30)
 
 
 async def test_a_run_slot_refresh_extends_a_held_slot_and_never_takes_one(bus: Bus) -> None:
-    assert not await bus.refresh_run_slot("u1", "r1", ttl=30)  # not held: stays free
-    assert await bus.hold_run_slot("u1", "r2", limit=1, ttl=30)  # so r2 takes the one slot
-    assert await bus.hold_run_slot("u1", "r3", limit=2, ttl=0.3)
-    assert await bus.refresh_run_slot("u1", "r3", ttl=30)
+    assert not await bus.refresh_user_run("u1", "r1", ttl=30)  # not held: stays free
+    assert await bus.hold_user_run("u1", "r2", limit=1, ttl=30)  # so r2 takes the one slot
+    assert await bus.hold_user_run("u1", "r3", limit=2, ttl=0.3)
+    assert await bus.refresh_user_run("u1", "r3", ttl=30)
     await asyncio.sleep(0.5)  # past the first ttl: the refresh holds it
-    assert not await bus.hold_run_slot("u1", "r4", limit=2, ttl=30)
-    await bus.release_run_slot("u1", "r3")
-    assert not await bus.refresh_run_slot("u1", "r3", ttl=30)  # a late refresh: no-op
-    assert await bus.hold_run_slot("u1", "r4", limit=2, ttl=30)
+    assert not await bus.hold_user_run("u1", "r4", limit=2, ttl=30)
+    await bus.release_user_run("u1", "r3")
+    assert not await bus.refresh_user_run("u1", "r3", ttl=30)  # a late refresh: no-op
+    assert await bus.hold_user_run("u1", "r4", limit=2, ttl=30)
 
 
 async def test_run_slots_lapse_when_not_refreshed(bus: Bus) -> None:
-    assert await bus.hold_run_slot("u1", "r1", limit=1, ttl=0.2)
-    assert not await bus.hold_run_slot("u1", "r2", limit=1, ttl=0.2)
+    assert await bus.hold_user_run("u1", "r1", limit=1, ttl=0.2)
+    assert not await bus.hold_user_run("u1", "r2", limit=1, ttl=0.2)
 
     async def lapsed() -> bool:
-        return await bus.hold_run_slot("u1", "r2", limit=1, ttl=30)
+        return await bus.hold_user_run("u1", "r2", limit=1, ttl=30)
 
     await eventually(lapsed, "the unrefreshed slot to lapse")
 

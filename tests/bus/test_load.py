@@ -19,10 +19,10 @@ async def test_no_slots_said_means_unknown_load_and_every_run_admitted(bus: Bus)
 
 
 async def test_slots_are_summed_over_sources_and_lapse(bus: Bus) -> None:
-    await bus.offer_slots("m", "w1", 4, ttl=30)
-    await bus.offer_slots("m", "w2", 6, ttl=0.2)
-    await bus.offer_slots("m", "w1", 5, ttl=30)  # a source's new offer replaces its old one
-    await bus.offer_slots("other", "w1", 100, ttl=30)
+    await bus.offer_capacity("m", "w1", 4, ttl=30)
+    await bus.offer_capacity("m", "w2", 6, ttl=0.2)
+    await bus.offer_capacity("m", "w1", 5, ttl=30)  # a source's new offer replaces its old one
+    await bus.offer_capacity("other", "w1", 100, ttl=30)
     assert (await bus.model_load("m", window=WINDOW)).slots == 11
 
     async def lapsed() -> bool:
@@ -33,7 +33,7 @@ async def test_slots_are_summed_over_sources_and_lapse(bus: Bus) -> None:
 
 async def test_admission_is_exact_under_concurrency(bus: Bus) -> None:
     """10 slots, limit 0.8: of 100 runs asking at once exactly 8 are counted in."""
-    await bus.offer_slots("m", "w1", 10, ttl=30)
+    await bus.offer_capacity("m", "w1", 10, ttl=30)
     answers = await asyncio.gather(
         *(bus.admit_run("m", f"r{i}", max_load=0.8, ttl=30, window=WINDOW) for i in range(100))
     )
@@ -49,7 +49,7 @@ async def test_admission_is_exact_under_concurrency(bus: Bus) -> None:
 
 
 async def test_ended_runs_make_the_drain_rate_and_runs_never_made_do_not(bus: Bus) -> None:
-    await bus.offer_slots("m", "w1", 4, ttl=30)
+    await bus.offer_capacity("m", "w1", 4, ttl=30)
     for i in range(4):
         await bus.admit_run("m", f"r{i}", max_load=None, ttl=30, window=WINDOW)
     for i in range(3):
@@ -75,7 +75,7 @@ async def test_drain_counts_only_the_window_and_spans_from_its_oldest_end(bus: B
 
 
 async def test_runs_in_flight_lapse_when_not_refreshed(bus: Bus) -> None:
-    await bus.offer_slots("m", "w1", 1, ttl=30)
+    await bus.offer_capacity("m", "w1", 1, ttl=30)
     assert (await bus.admit_run("m", "r1", max_load=1.0, ttl=0.2, window=WINDOW)).admitted
     assert not (await bus.admit_run("m", "r2", max_load=1.0, ttl=30, window=WINDOW)).admitted
 
@@ -88,7 +88,7 @@ async def test_runs_in_flight_lapse_when_not_refreshed(bus: Bus) -> None:
 
 
 async def test_a_refresh_extends_a_counted_run_and_never_counts_one_in(bus: Bus) -> None:
-    await bus.offer_slots("m", "w1", 1, ttl=30)
+    await bus.offer_capacity("m", "w1", 1, ttl=30)
     assert not await bus.refresh_run("m", "r1", ttl=30)  # not counted: stays out
     assert (await bus.model_load("m", window=WINDOW)).in_flight == 0
     assert (await bus.admit_run("m", "r1", max_load=None, ttl=0.3, window=WINDOW)).admitted

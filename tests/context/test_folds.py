@@ -7,7 +7,7 @@ from __future__ import annotations
 from parley.config import Settings
 from parley.context.assembly import Fixed, Limits, Turn, fold_plan
 from parley.context.prompts import ChatContext
-from parley.qos.costs import PromptCounter
+from parley.qos.prompt_counter import PromptCounter
 
 NONE = Fixed(None, None, 0)
 
@@ -63,13 +63,23 @@ def test_a_fold_never_takes_the_newest_turn() -> None:
     assert fold_plan(NONE, history, limits(trigger=600, fold=200)) is None
 
 
+def context_of(settings: Settings, counter: PromptCounter) -> ChatContext:
+    return ChatContext(
+        settings.context,
+        qos=settings.qos,
+        engines=settings.engines,
+        attachments=settings.attachments,
+        counter=counter,
+    )
+
+
 async def test_the_trigger_is_capped_in_tokens_and_a_fold_is_at_most_half_of_it() -> None:
-    counter = PromptCounter.from_settings(Settings())
+    counter = PromptCounter.from_settings(Settings().engines)
     window = counter.window("fake")
-    capped = ChatContext(Settings(context={"summary_trigger_tokens": 1_000}), counter=counter)
+    capped = context_of(Settings(context={"summary_trigger_tokens": 1_000}), counter)
     got = await capped.limits("fake", "pro", 16)
     assert (got.budget, got.trigger, got.fold) == (window - 16, 1_000, 500)
-    fraction = ChatContext(Settings(context={"summary_trigger_tokens": None}), counter=counter)
+    fraction = context_of(Settings(context={"summary_trigger_tokens": None}), counter)
     got = await fraction.limits("fake", "pro", 16)
     assert got.trigger == int((window - 16) * 0.5)
     assert got.fold == int((window - 16) * 0.25)

@@ -135,9 +135,9 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 
 def retriever(url: str | None, **embeddings: Any) -> Retriever:
     if url is None:
-        return Retriever.from_settings(load_settings())
+        return Retriever.from_settings(load_settings().context)
     configured = {"base_url": url, "model": "bow", "api_key": "sk-test", **embeddings}
-    return Retriever.from_settings(load_settings(context={"embeddings": configured}))
+    return Retriever.from_settings(load_settings(context={"embeddings": configured}).context)
 
 
 async def retrieve(

@@ -84,12 +84,12 @@ def test_slots_follow_the_block_table() -> None:
     mgr.allocate("a", toks(0, 10))
     table = mgr.block_table("a")
     for pos in range(10):
-        assert mgr.slot_of("a", pos) == table[pos // BS] * BS + pos % BS
-    assert mgr.slots("a", 3, 6) == [mgr.slot_of("a", p) for p in (3, 4, 5)]
+        assert mgr.kv_slot_of("a", pos) == table[pos // BS] * BS + pos % BS
+    assert mgr.slots("a", 3, 6) == [mgr.kv_slot_of("a", p) for p in (3, 4, 5)]
     with pytest.raises(IndexError):
-        mgr.slot_of("a", 10)
+        mgr.kv_slot_of("a", 10)
     with pytest.raises(IndexError):
-        mgr.slot_of("a", -1)
+        mgr.kv_slot_of("a", -1)
 
 
 def test_block_table_is_a_copy() -> None:
@@ -114,7 +114,7 @@ def test_unknown_sequences() -> None:
         with pytest.raises(UnknownSequence):
             call("nope")
     with pytest.raises(KeyError):  # UnknownSequence is a KeyError
-        mgr.append_slot("nope", [1])
+        mgr.append_kv_slot("nope", [1])
     mgr.free("nope")  # idempotent
     assert "nope" not in mgr
 
@@ -296,10 +296,10 @@ def test_append_slot_fills_the_last_block_then_takes_a_new_one() -> None:
     mgr = BlockManager(4, BS)
     mgr.allocate("a", toks(0, 3))
     assert mgr.can_append("a")
-    slot = mgr.append_slot("a", toks(0, 4))
+    slot = mgr.append_kv_slot("a", toks(0, 4))
     assert slot == mgr.block_table("a")[0] * BS + 3
     assert len(mgr.block_table("a")) == 1
-    slot = mgr.append_slot("a", toks(0, 5))
+    slot = mgr.append_kv_slot("a", toks(0, 5))
     table = mgr.block_table("a")
     assert len(table) == 2
     assert slot == table[1] * BS
@@ -310,8 +310,8 @@ def test_append_slot_fills_the_last_block_then_takes_a_new_one() -> None:
 def test_decoded_blocks_become_shareable_once_computed() -> None:
     mgr = BlockManager(8, BS)
     computed(mgr, "a", toks(0, 3))
-    mgr.append_slot("a", toks(0, 4))
-    mgr.append_slot("a", toks(0, 5))
+    mgr.append_kv_slot("a", toks(0, 4))
+    mgr.append_kv_slot("a", toks(0, 5))
     assert mgr.num_cached_blocks == 0
     mgr.mark_computed("a", 5)
     assert mgr.num_cached_blocks == 1
@@ -325,7 +325,7 @@ def test_append_without_a_free_block_fails_and_changes_nothing() -> None:
     before = state(mgr, ["a"])
     assert not mgr.can_append("a")
     with pytest.raises(NoFreeBlocks):
-        mgr.append_slot("a", toks(0, 5))
+        mgr.append_kv_slot("a", toks(0, 5))
     assert state(mgr, ["a"]) == before
     mgr.check_invariants()
 
@@ -336,7 +336,7 @@ def test_append_can_evict_a_cached_block() -> None:
     mgr.free("a")
     computed(mgr, "b", toks(100, 4))  # takes the empty block
     assert mgr.can_append("b")
-    mgr.append_slot("b", [*toks(100, 4), 7])  # evicts a's block
+    mgr.append_kv_slot("b", [*toks(100, 4), 7])  # evicts a's block
     assert mgr.num_cached_blocks == 1
     assert not mgr.can_allocate(toks(0, 5))
     mgr.free("b")
@@ -346,7 +346,7 @@ def test_append_can_evict_a_cached_block() -> None:
 def test_appended_blocks_are_hashed_from_the_callers_tokens() -> None:
     mgr = BlockManager(8, BS)
     computed(mgr, "a", toks(0, 3))
-    mgr.append_slot("a", toks(0, 4))  # the block is full: hashed from these tokens
+    mgr.append_kv_slot("a", toks(0, 4))  # the block is full: hashed from these tokens
     mgr.mark_computed("a", 4)
     assert probe(mgr, [*toks(0, 4), 9]) == 4
     assert probe(mgr, [*toks(0, 3), 9, 9]) == 0
@@ -357,15 +357,15 @@ def test_append_slot_wants_the_sequences_tokens_and_the_new_one() -> None:
     mgr.allocate("a", toks(0, 3))
     before = state(mgr, ["a"])
     for wrong in (toks(0, 3), toks(0, 5), []):
-        with pytest.raises(ValueError, match="append_slot"):
-            mgr.append_slot("a", wrong)
+        with pytest.raises(ValueError, match="append_kv_slot"):
+            mgr.append_kv_slot("a", wrong)
     assert state(mgr, ["a"]) == before
 
 
 def test_slots_map_a_range_of_positions() -> None:
     mgr = BlockManager(8, BS)
     mgr.allocate("a", toks(0, 6))
-    mgr.append_slot("a", toks(0, 7))
+    mgr.append_kv_slot("a", toks(0, 7))
     table = mgr.block_table("a")
     assert mgr.slots("a", 0, 7) == [table[p // BS] * BS + p % BS for p in range(7)]
     assert mgr.slots("a", 7, 7) == []
@@ -560,12 +560,12 @@ class Harness:
         if not expect_ok:
             before = state(self.mgr, self.live)
             with pytest.raises(NoFreeBlocks):
-                self.mgr.append_slot(seq_id, [*self.model.tokens[seq_id], token_id])
+                self.mgr.append_kv_slot(seq_id, [*self.model.tokens[seq_id], token_id])
             assert state(self.mgr, self.live) == before
             return
-        slot = self.mgr.append_slot(seq_id, [*self.model.tokens[seq_id], token_id])
+        slot = self.mgr.append_kv_slot(seq_id, [*self.model.tokens[seq_id], token_id])
         self.model.append(seq_id, token_id, self.mgr.block_table(seq_id))
-        assert slot == self.mgr.slot_of(seq_id, self.mgr.num_tokens(seq_id) - 1)
+        assert slot == self.mgr.kv_slot_of(seq_id, self.mgr.num_tokens(seq_id) - 1)
 
     def mark_computed(self, seq_id: str, fraction: float) -> None:
         low, high = self.model.computed[seq_id], len(self.model.tokens[seq_id])

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from parley.config import UpstreamSettings
 from parley.engines.interface import ChatMessage, FinishReason, GenerationRequest
+from parley.engines.settings import UpstreamSettings
 from parley.engines.upstream import UpstreamEngine
 
 

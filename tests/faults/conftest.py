@@ -59,8 +59,8 @@ def split_settings(postgres_url: str, postgres_proxy: FaultProxy, tmp_path: Path
 @pytest.fixture
 def slow_answers(split_settings: Settings) -> None:
     """Answers of 40 tokens, one every 40 ms: long enough to cut the bus mid-answer."""
-    split_settings.fake_engine.output_tokens = 40
-    split_settings.fake_engine.inter_token_latency_ms = 40
+    split_settings.engines.fake.output_tokens = 40
+    split_settings.engines.fake.inter_token_latency_ms = 40
 
 
 @pytest.fixture

@@ -44,10 +44,10 @@ pytestmark = pytest.mark.skipif("postgres" not in BACKENDS, reason="the split st
 @pytest.fixture
 def one_slot(split_settings: Settings) -> None:
     """One answer at a time, each 40 tokens at 40 ms: a second send waits in the queue."""
-    split_settings.fake_engine.slots = 1
-    split_settings.fake_engine.output_tokens = 40
-    split_settings.fake_engine.inter_token_latency_ms = 40
-    split_settings.requeue_stale_after_seconds = 1.5
+    split_settings.engines.fake.slots = 1
+    split_settings.engines.fake.output_tokens = 40
+    split_settings.engines.fake.inter_token_latency_ms = 40
+    split_settings.runs.requeue_stale_after_seconds = 1.5
 
 
 class RedisServer:

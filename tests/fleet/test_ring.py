@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from parley.config import ReplicaSettings, UpstreamSettings
 from parley.engines.router import Router
+from parley.engines.settings import ReplicaSettings, UpstreamSettings
 
 KEYS = [f"chat-{i}" for i in range(3000)]
 

@@ -186,7 +186,7 @@ def test_metrics_dir_must_be_an_existing_writable_directory(tmp_path: Path) -> N
         load_settings(data_dir=tmp_path, metrics_dir=tmp_path / "file")
     (tmp_path / "m").mkdir()
     assert (
-        load_settings(data_dir=tmp_path, metrics_dir=tmp_path / "m").metrics_dir
+        load_settings(data_dir=tmp_path, metrics_dir=tmp_path / "m").observability.metrics_dir
         == (tmp_path / "m").resolve()
     )
 
@@ -223,7 +223,7 @@ async def test_queue_depth_is_read_by_priority_at_scrape_time(client: httpx.Asyn
 async def test_the_fake_engine_s_busy_slots_are_its_batch_size(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path, engine="fake")
     engine = FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0))
-    metrics = build_metrics(settings)
+    metrics = build_metrics(settings.observability, settings.engines, settings.qos)
     bus = MemoryBus(bus_limits(settings))
     stream = engine.stream(_request("r1", max_tokens=8))
     await anext(stream)  # generating now
@@ -244,7 +244,7 @@ async def test_the_builtin_engine_s_kv_and_prefix_cache_are_reported(tmp_path: P
         load_model(save_tiny_chat_model(tmp_path / "tiny")),
         BuiltinEngineConfig(kv_cache_tokens=1024, block_size=16),
     )
-    metrics = build_metrics(settings)
+    metrics = build_metrics(settings.observability, settings.engines, settings.qos)
     bus = MemoryBus(bus_limits(settings))
     try:
         for run_id in ("r1", "r2"):  # the same long prompt twice: the second finds it cached

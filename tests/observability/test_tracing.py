@@ -98,7 +98,9 @@ def worker_lines() -> Iterator[list[tuple[str, dict[str, str]]]]:
 def memory() -> Iterator[InMemorySpanExporter]:
     """Tracing on, through the set-up the processes use, exporting to memory."""
     exporter = InMemorySpanExporter()
-    assert tracing.configure(load_settings(), service="parley-test", exporter=exporter)
+    assert tracing.configure(
+        load_settings().observability, service="parley-test", exporter=exporter
+    )
     yield exporter
     tracing.shutdown()
 
@@ -264,8 +266,8 @@ def test_tracing_is_off_without_an_endpoint(
 ) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    assert tracing.traces_endpoint(run_settings) is None
-    assert not tracing.configure(run_settings, service="parley-test")
+    assert tracing.traces_endpoint(run_settings.observability) is None
+    assert not tracing.configure(run_settings.observability, service="parley-test")
     assert not tracing.enabled()
     # nothing installed anywhere: OpenTelemetry's global provider is still its proxy
     assert not hasattr(trace.get_tracer_provider(), "add_span_processor")
@@ -300,7 +302,7 @@ async def test_off_leaves_engine_streams_unwrapped() -> None:
 
 def test_the_endpoint_comes_from_settings_then_the_standard_variables() -> None:
     def endpoint(environ: dict[str, str], **settings: Any) -> str | None:
-        return tracing.traces_endpoint(load_settings(**settings), environ=environ)
+        return tracing.traces_endpoint(load_settings(**settings).observability, environ=environ)
 
     base = "http://collector:4318"
     assert endpoint({}, otlp_endpoint=base) == f"{base}/v1/traces"

@@ -41,7 +41,7 @@ class OneBucket:
 
 async def test_the_budget_needs_only_the_token_section_of_a_bus(tmp_path: Path) -> None:
     section = OneBucket(tokens=100)
-    budget = Budget(section, load_settings(data_dir=tmp_path))
+    budget = Budget(section, load_settings(data_dir=tmp_path).qos)
     assert await budget.reserve("ada", "free", 60) == 60
     with pytest.raises(BudgetExhausted) as refused:
         await budget.reserve("ada", "free", 60)

@@ -186,7 +186,8 @@ WINDOW = 4
 
 
 def windowed(engine: Engine, classifier: Scripted) -> tuple[Moderated, AsyncIterator[Delta]]:
-    moderator = Moderator(load_settings(engine="fake"))
+    settings = load_settings(engine="fake")
+    moderator = Moderator(settings.safety, settings.qos)
     policy = OutputPolicy(
         moderator, [], [Configured(classifier, FailMode.OPEN, 30.0)], WINDOW, "the question"
     )

@@ -65,13 +65,15 @@ async def test_a_run_whose_worker_vanished_is_requeued_or_failed(
     await eventually(a_requeued, "the sweeper to re-queue the run that had no token")
     # a new worker picks the re-queued run up and finishes it; the failed one stays failed
     engine = FakeEngine(FakeEngineConfig(time_to_first_token=0, inter_token_latency=0))
-    summaries = Summaries(run_services.db, run_services.bus, run_services.settings)
+    summaries = Summaries(run_services.db, run_services.bus, run_services.settings.context)
     fresh = Worker(
         run_services.db,
         run_services.bus,
         engine,
         run_services.finisher,
-        run_services.settings,
+        run_services.settings.runs,
+        qos=run_services.settings.qos,
+        engines=run_services.settings.engines,
         admission=run_services.admission,
         prompting=Prompting(run_services.db, engine, run_services.context, summaries),
         concurrency=2,

@@ -66,7 +66,7 @@ async def test_the_operator_lists_refused_runs(
     await run_client.post(
         f"/api/chats/{bob_chat}/messages", json={"content": "forbidden too"}, headers=other
     )
-    db = ["--database-url", run_settings.resolved_database_url]
+    db = ["--database-url", run_settings.database.resolved_url]
 
     listed = parley("runs", "refused", *db, "--json")
     assert listed.returncode == 0, listed.stderr

@@ -71,11 +71,9 @@ def test_settings_normalise_both_urls_and_refuse_a_replica_without_postgres() ->
         database_replica_url="postgresql://u@a:1,b:2/db",
         read_your_writes_seconds=2,
     )
-    assert settings.database_url is not None and "target_session_attrs=read-write" in (
-        settings.database_url
-    )
-    assert settings.database_replica_url is not None
-    assert settings.database_replica_url.endswith("target_session_attrs=prefer-standby")
+    assert "target_session_attrs=read-write" in settings.database.resolved_url
+    assert settings.database.replica_url is not None
+    assert settings.database.replica_url.endswith("target_session_attrs=prefer-standby")
     with pytest.raises(ConfigurationError, match="needs a Postgres database_url"):
         load_settings(database_replica_url="postgresql://u@a/db")
     with pytest.raises(ConfigurationError, match=r"database_replica_url: .*from the primary"):

@@ -45,9 +45,9 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
     from parley.errors import ValidationFailed
     from parley.store import users
 
-    tier = args.tier or settings.default_tier
-    if tier not in settings.tiers:
-        return fail(f"unknown tier {tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    tier = args.tier or settings.qos.default_tier
+    if tier not in settings.qos.tiers:
+        return fail(f"unknown tier {tier!r}; tiers: {', '.join(sorted(settings.qos.tiers))}")
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -73,8 +73,8 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
 async def user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
     from parley.store import users
 
-    if args.tier not in settings.tiers:
-        return fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.tiers))}")
+    if args.tier not in settings.qos.tiers:
+        return fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.qos.tiers))}")
     db = await open_db(settings)
     try:
         async with db.transaction() as s:
@@ -107,7 +107,7 @@ async def open_db(settings: Settings) -> Database:
     from parley.store.database import Database
     from parley.store.migrate import upgrade
 
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database.resolved_url)
     await upgrade(db)
     return db
 

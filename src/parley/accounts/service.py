@@ -12,8 +12,8 @@ from parley.accounts.credential_cache import CredentialCache
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
 from parley.accounts.principal import Principal
+from parley.accounts.settings import AccountSettings
 from parley.accounts.throttle import AccountThrottles
-from parley.config import Settings
 from parley.domain import CredentialKind, is_id, utcnow
 from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
 from parley.store import credentials, users
@@ -40,12 +40,17 @@ class Accounts:
     def __init__(
         self,
         db: Database,
-        settings: Settings,
+        settings: AccountSettings,
         passwords: Passwords,
         throttles: AccountThrottles,
+        *,
+        secret_key: str,
+        default_tier: str,
     ) -> None:
         self._db = db
         self._settings = settings
+        self._secret = secret_key
+        self._default_tier = default_tier
         self._passwords = passwords
         self._throttles = throttles
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
@@ -61,7 +66,7 @@ class Accounts:
         password_hash = await self._passwords.hash(password)
         async with self._db.transaction() as s:
             user = await users.create_user(
-                s, email=email, password_hash=password_hash, tier=self._settings.default_tier
+                s, email=email, password_hash=password_hash, tier=self._default_tier
             )
             return await self._open_session(s, user)
 
@@ -222,12 +227,10 @@ class Accounts:
             raise no_such("API key", key_id, code="api_key_not_found", param="key_id")
 
     def csrf_token(self, session_id: str) -> str:
-        return tokens.csrf_token(self._settings.secret_key.get_secret_value(), session_id)
+        return tokens.csrf_token(self._secret, session_id)
 
     def csrf_valid(self, principal: Principal, presented: str | None) -> bool:
-        return tokens.csrf_token_valid(
-            self._settings.secret_key.get_secret_value(), principal.credential_id, presented
-        )
+        return tokens.csrf_token_valid(self._secret, principal.credential_id, presented)
 
     async def _open_session(self, s: AsyncSession, user: User) -> Login:
         token = tokens.new_session_token()

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from parley.accounts.settings import AccountSettings
 from parley.bus.interface import AttemptThrottles, Backoff
-from parley.config import Settings
 from parley.errors import RateLimited
 
 UNKNOWN_ADDRESS = "unknown"
@@ -31,7 +31,7 @@ class AccountThrottles:
     def __init__(
         self,
         bus: AttemptThrottles,
-        settings: Settings,
+        settings: AccountSettings,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:

@@ -64,7 +64,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
         if close_services:
             await services.close()
 
-    docs = docs_enabled(services.settings)
+    docs = docs_enabled(services.settings.http)
     app = FastAPI(
         title="parley",
         version=__version__,
@@ -84,9 +84,9 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     imports = {IMPORTS_PATH: services.settings.portability.max_import_bytes}
     uploads = [attachments.upload_limit(services)]
     app.add_middleware(
-        BodyLimit, max_bytes=services.settings.max_body_bytes, larger=imports, matching=uploads
+        BodyLimit, max_bytes=services.settings.http.max_body_bytes, larger=imports, matching=uploads
     )
     app.add_middleware(SecurityHeaders)
     app.add_middleware(Edge)  # request ids, 500s, no-store, relative redirects
-    install_hsts(app, services.settings)  # outermost: Edge's own 500s carry it too
+    install_hsts(app, services.settings.http)  # outermost: Edge's own 500s carry it too
     return app

@@ -92,7 +92,7 @@ async def client_address(request: Request, svc: ServicesDep) -> str | None:
     only from a peer in ``trusted_proxies``, and then only up to the nearest address that
     is no trusted proxy: everything left of it is whatever the client chose to send."""
     peer = request.client.host if request.client else None
-    trusted = svc.settings.trusted_proxies
+    trusted = svc.settings.http.trusted_proxies
     if peer is None or not _trusted(peer, trusted):
         return peer
     hops = [
@@ -144,8 +144,8 @@ async def page_limit(
     ] = None,
 ) -> int:
     if limit is None:
-        return svc.settings.default_page_size
-    return min(limit, svc.settings.max_page_size)
+        return svc.settings.http.default_page_size
+    return min(limit, svc.settings.http.max_page_size)
 
 
 LimitDep = Annotated[int, Depends(page_limit)]

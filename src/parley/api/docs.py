@@ -15,8 +15,8 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from parley.api.settings import HttpSettings
 from parley.api.web import PAGE_HEADERS
-from parley.config import Environment, Settings
 from parley.errors import NotFound
 
 OPENAPI_URL = "/openapi.json"
@@ -47,10 +47,9 @@ START = f"""window.ui = SwaggerUIBundle({{
 ASSETS = {"swagger-ui.css": "text/css", "swagger-ui-bundle.js": "text/javascript"}
 
 
-def docs_enabled(settings: Settings) -> bool:
-    if settings.api_docs is not None:
-        return settings.api_docs
-    return settings.environment is not Environment.PRODUCTION
+def docs_enabled(settings: HttpSettings) -> bool:
+    """``api_docs``: on in development, off in production unless set (the root decides)."""
+    return bool(settings.api_docs)
 
 
 def swagger_ui_dir() -> Path:

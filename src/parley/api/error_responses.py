@@ -112,8 +112,8 @@ def _add_backoff(request: Request, exc: ParleyError) -> None:
     if services is None:
         return
     who = getattr(request.state, "principal", None)
-    settings = services.settings
-    tier = settings.tier(who.tier if who is not None else settings.default_tier)
+    qos = services.settings.qos
+    tier = qos.tier(who.tier if who is not None else qos.default_tier)
     exc.backoff = tier.backoff.to_json()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from parley.config import Settings
+from parley.api.settings import HttpSettings
 
 HSTS = "max-age=31536000; includeSubDomains"
 
@@ -34,7 +34,7 @@ class StrictTransportSecurity:
         await self.app(scope, receive, send_with_header)
 
 
-def install_hsts(app: FastAPI, settings: Settings) -> None:
+def install_hsts(app: FastAPI, settings: HttpSettings) -> None:
     """Add the header to every response when the public URL is https; else nothing. Call it
     last in ``create_app``, so the middleware is the outermost (errors of the others too)."""
     if settings.https:

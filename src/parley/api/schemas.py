@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
-from parley.config import EngineKind
 from parley.domain import ExportStatus, MessageRole, MessageStatus
+from parley.engines.settings import EngineKind
 
 
 def _storable(value: str) -> str:
@@ -171,6 +171,11 @@ class Deleted(BaseModel):
 
 class ChatCreate(Strict):
     title: Text | None = None
+    title_from: Annotated[Text, Field(max_length=32_000)] | None = Field(
+        default=None,
+        description="Title the chat by this message (its first line that shows something, "
+        "cut to 60 characters), as the chat's first message would; not with `title`.",
+    )
 
 
 class ChatUpdate(Strict):

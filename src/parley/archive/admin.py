@@ -38,10 +38,10 @@ async def run_archive(args: argparse.Namespace, settings: Settings) -> int:
     from parley.store.database import Database
     from parley.store.migrate import upgrade
 
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database.resolved_url)
     try:
         await upgrade(db)
-        mover = Archiver.from_settings(db, settings)
+        mover = Archiver.from_settings(db, settings.blobs, settings.archive, settings.data_dir)
         await mover.blobs.check()
         idle = None if args.idle_days is None else timedelta(days=args.idle_days)
         report = await mover.archive_due(idle_for=idle)
@@ -61,7 +61,7 @@ async def show_stats(args: argparse.Namespace, settings: Settings) -> int:
     from parley.store.database import Database
     from parley.store.migrate import upgrade
 
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database.resolved_url)
     try:
         await upgrade(db)
         async with db.transaction() as s:

@@ -19,11 +19,11 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from parley.archive.codec import ArchivedChat, CorruptArchive, decode, encode
 from parley.blobs.interface import BlobNotFound, BlobStore, BlobStoreError
-from parley.blobs.settings import ArchiveSettings
+from parley.blobs.settings import ArchiveSettings, BlobSettings
 from parley.blobs.store import build_blob_store
 from parley.crashpoints import crash_point
 from parley.domain import utcnow
@@ -31,9 +31,6 @@ from parley.errors import DependencyUnavailable
 from parley.store import archives
 from parley.store.database import Database
 from parley.store.schema import Chat
-
-if TYPE_CHECKING:
-    from parley.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +69,11 @@ class Archiver:
         self._cache: OrderedDict[str, ArchivedChat] = OrderedDict()
 
     @classmethod
-    def from_settings(cls, db: Database, settings: Settings) -> Archiver:
+    def from_settings(
+        cls, db: Database, blobs: BlobSettings, settings: ArchiveSettings, data_dir: Path
+    ) -> Archiver:
         """The archive over the configured blob store (builds no connection)."""
-        return cls(db, build_blob_store(settings.blobs, settings.data_dir), settings.archive)
+        return cls(db, build_blob_store(blobs, data_dir), settings)
 
     async def archive_due(self, *, idle_for: timedelta | None = None) -> Report:
         """Archive every chat idle longer than ``idle_for`` (default: ``after_days``)."""

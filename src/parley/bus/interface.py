@@ -266,27 +266,28 @@ class CancelSignals(Protocol):
         """True as soon as a cancel is requested, False after ``timeout`` seconds."""
 
 
-class StreamSlots(Protocol):
+class OpenStreams(Protocol):
     """The bus's section for open SSE streams per user."""
 
     async def open_stream(self, user_id: str, stream_id: str, *, limit: int, ttl: float) -> bool:
-        """Hold one of the user's ``limit`` stream slots for ``ttl`` s; False if all are held."""
+        """Count one of the user's at most ``limit`` open streams for ``ttl`` s; False if
+        ``limit`` are open."""
 
     async def close_stream(self, user_id: str, stream_id: str) -> None: ...
 
 
-class UserRunSlots(Protocol):
+class UserRuns(Protocol):
     """The bus's section for runs in flight per user."""
 
-    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
-        """Hold one of the user's ``limit`` run slots for ``run_id`` for ``ttl`` s (a slot the
-        run holds already is refreshed, whatever the limit); False if all are held."""
+    async def hold_user_run(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+        """Count ``run_id`` among the user's at most ``limit`` runs in flight for ``ttl`` s (a
+        run counted already is refreshed, whatever the limit); False if ``limit`` are."""
 
-    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
-        """Make the slot ``run_id`` holds last ``ttl`` s from now; False (and nothing held)
-        if it holds none (released already, or lapsed)."""
+    async def refresh_user_run(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+        """Count ``run_id`` in flight for ``ttl`` s from now; False (and nothing counted) if
+        it is not counted (released already, or lapsed)."""
 
-    async def release_run_slot(self, user_id: str, run_id: str) -> None: ...
+    async def release_user_run(self, user_id: str, run_id: str) -> None: ...
 
 
 class ModelLoads(Protocol):
@@ -307,9 +308,9 @@ class ModelLoads(Protocol):
         """The run is no longer in flight on ``model``; ``drained``: it ended (counted in
         the drain rate), else it was never made."""
 
-    async def offer_slots(self, model: str, source: str, slots: int, *, ttl: float) -> None:
-        """``source`` (an engine, or a fleet) serves ``slots`` runs of ``model`` at once, for
-        the next ``ttl`` s; a model's slots are the sum over its sources."""
+    async def offer_capacity(self, model: str, source: str, slots: int, *, ttl: float) -> None:
+        """``source`` (an engine, or a fleet) serves ``slots`` runs of ``model`` at once (its
+        engine slots), for the next ``ttl`` s; a model's capacity is the sum over sources."""
 
     async def model_load(self, model: str, *, window: float) -> ModelLoad:
         """The model's load now; ``drained`` counts runs ended in the last ``window`` s."""
@@ -363,8 +364,8 @@ class Bus(
     RunQueue,
     RunStreams,
     CancelSignals,
-    StreamSlots,
-    UserRunSlots,
+    OpenStreams,
+    UserRuns,
     ModelLoads,
     TokenBudgets,
     AttemptThrottles,

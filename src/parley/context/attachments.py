@@ -28,7 +28,7 @@ from parley.attachments.settings import AttachmentSettings
 from parley.context.assembly import MESSAGE_OVERHEAD, PROMPT_OVERHEAD, Limits, NewMessage
 from parley.context.relevance import stems
 from parley.engines.estimate import CHARS_PER_TOKEN  # a chunk's length, cut before counting
-from parley.qos.costs import PromptCounter
+from parley.qos.prompt_counter import PromptCounter
 from parley.store import attachments
 from parley.store.prompts import ChatRef
 

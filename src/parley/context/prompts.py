@@ -15,7 +15,7 @@ from typing import Protocol
 
 import anyio
 
-from parley.config import Settings
+from parley.attachments.settings import AttachmentSettings
 from parley.context.assembly import (
     MESSAGE_OVERHEAD,
     PROMPT_OVERHEAD,
@@ -31,9 +31,12 @@ from parley.context.assembly import (
 )
 from parley.context.attachments import attached, files_text
 from parley.context.relevance import bears_on, excerpt, stems
+from parley.context.settings import ContextSettings
 from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
-from parley.qos.costs import PromptCounter
+from parley.engines.settings import EngineSettings
+from parley.qos.prompt_counter import PromptCounter
+from parley.qos.settings import QosSettings
 from parley.store import prompts
 from parley.store.database import Database
 from parley.store.prompts import ChatRef, ChatSummary, Row
@@ -80,14 +83,20 @@ class _Draft:
 class ChatContext:
     def __init__(
         self,
-        settings: Settings,
+        settings: ContextSettings,
         retrieval: Retrieval | None = None,
         *,
+        qos: QosSettings,
+        engines: EngineSettings,
+        attachments: AttachmentSettings,
         counter: PromptCounter | None = None,
     ) -> None:
         """``counter``: one whose tokenizers this process has loaded (its engine's); else
         the models' tokenizers are loaded at the first need."""
         self._settings = settings
+        self._qos = qos
+        self._engines = engines
+        self._attachments = attachments
         self._retrieval = retrieval
         self._counter = counter
 
@@ -98,17 +107,17 @@ class ChatContext:
 
     def default_output(self, tier: str) -> int:
         """A run's output allowance when it names none (as the submitter gives it)."""
-        return self._settings.default_output(self._settings.tier(tier))
+        return self._qos.default_output(self._qos.tier(tier))
 
     @property
     def enabled(self) -> bool:
-        return self._settings.context.enabled
+        return self._settings.enabled
 
     async def counter(self) -> PromptCounter:
         """The models' tokenizers, loaded at the first need unless given."""
         if self._counter is None:
             self._counter = await anyio.to_thread.run_sync(
-                PromptCounter.from_settings, self._settings
+                PromptCounter.from_settings, self._engines
             )
         return self._counter
 
@@ -116,9 +125,9 @@ class ChatContext:
         """The input budget of a run: the model's window less its output allowance, capped
         by the tier's ``max_input_tokens``; and the thresholds, as fractions of it."""
         window = (await self.counter()).window(model)
-        cap = self._settings.tier(tier).max_input_tokens
+        cap = self._qos.tier(tier).max_input_tokens
         budget = max(0, min(window - max_tokens, cap if cap is not None else window))
-        config = self._settings.context
+        config = self._settings
         trigger = int(budget * config.summary_trigger)
         if config.summary_trigger_tokens is not None:
             trigger = min(trigger, config.summary_trigger_tokens)
@@ -180,7 +189,7 @@ class ChatContext:
         system = await self._system_tokens(new.model, fixed)
         limits = await self.limits(new.model, new.tier, new.max_tokens)
         content = new.content + await files_text(  # (context/attachments.py)
-            files, new, limits, system[0], self._settings.attachments, await self.counter()
+            files, new, limits, system[0], self._attachments, await self.counter()
         )
         row = Row(new.seq or 0, MessageRole.USER.value, content)
         turns = await self._turns(new.model, [*rows, row])
@@ -231,7 +240,7 @@ class ChatContext:
         except Exception:  # retrieval helps a prompt; it never breaks one
             log.exception("retrieval failed in chat %s; no snippets", draft.chat.chat_id)
             return []
-        config = self._settings.context
+        config = self._settings
         wanted = (config.retrieval_min_shared_words, config.retrieval_min_shared_fraction)
         semantic = getattr(self._retrieval, "uses_embeddings", False)  # ranked by meaning
         new = draft.question
@@ -247,10 +256,10 @@ class ChatContext:
         )
 
     def _system_prompt(self, model: str) -> str | None:
-        for configured in self._settings.models:
+        for configured in self._engines.models:
             if configured.name == model and configured.system_prompt is not None:
                 return configured.system_prompt
-        return self._settings.context.system_prompt
+        return self._settings.system_prompt
 
     async def _system_tokens(self, model: str, fixed: Fixed) -> tuple[int, int]:
         """The system message's tokens without the summary (its overhead included), and the

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from parley.config import Settings
 from parley.context import embeddings
 from parley.context.embeddings import EmbeddingsClient, EmbeddingsError
+from parley.context.settings import ContextSettings
 from parley.store.database import Database
 from parley.store.schema import Message
 from parley.store.search import search_messages
@@ -26,8 +26,8 @@ class Retriever:
         self._client = client
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Retriever:
-        configured = settings.context.embeddings
+    def from_settings(cls, settings: ContextSettings) -> Retriever:
+        configured = settings.embeddings
         return cls(EmbeddingsClient(configured) if configured is not None else None)
 
     @property

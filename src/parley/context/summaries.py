@@ -21,8 +21,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from parley.bus.interface import Bus, QueuedRun, QueueFull
-from parley.config import Settings
 from parley.context.assembly import FoldPlan
+from parley.context.settings import ContextSettings
 from parley.domain import BACKGROUND_PRIORITY, MessageRole
 from parley.engines.interface import ChatMessage
 from parley.runs.inputs import RunInput
@@ -60,7 +60,7 @@ def _cut(text: str) -> str:
 
 
 class Summaries:
-    def __init__(self, db: Database, bus: Bus, settings: Settings) -> None:
+    def __init__(self, db: Database, bus: Bus, settings: ContextSettings) -> None:
         self._db = db
         self._bus = bus
         self._settings = settings
@@ -95,7 +95,7 @@ class Summaries:
 
     async def _fold(self, run: Run, plan: FoldPlan) -> Run | None:
         assert run.chat_id is not None
-        max_tokens = self._settings.context.summary_max_tokens
+        max_tokens = self._settings.summary_max_tokens
         request = RunInput(fold_messages(plan, max_tokens))
         async with self._db.transaction() as s:
             fold = await summaries.begin_fold(

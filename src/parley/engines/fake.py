@@ -28,6 +28,7 @@ from parley.engines.interface import (
     FinishReason,
     GenerationRequest,
 )
+from parley.engines.prompt_counts import WordCount
 
 FAKE_MODEL = "parley-fake"
 ECHO_PREFIX = "/echo "
@@ -95,7 +96,7 @@ class FakeEngine:
         return len(self._active)
 
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
-        return sum(len(m.content.split()) + 4 for m in messages)
+        return WordCount()(messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         prompt = self.count_prompt_tokens(request.model, request.messages)

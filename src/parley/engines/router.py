@@ -35,7 +35,6 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from parley.config import ReplicaSettings, UpstreamSettings
 from parley.engines.estimate import estimate
 from parley.engines.interface import (
     ChatMessage,
@@ -47,6 +46,7 @@ from parley.engines.interface import (
     FinishReason,
     GenerationRequest,
 )
+from parley.engines.settings import ReplicaSettings, UpstreamSettings
 from parley.engines.upstream import UpstreamEngine
 
 log = logging.getLogger(__name__)

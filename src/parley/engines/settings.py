@@ -242,6 +242,37 @@ class ModelSettings(BaseModel):
         return self
 
 
+class EngineSettings(BaseModel):
+    """The engines section (``[engines]``, ``PARLEY_ENGINES__…``; the former flat names
+    ``engine``, ``models``, ``builtin_engine`` and ``fake_engine`` still read): the models
+    served and the engines that serve them."""
+
+    model_config = {"extra": "forbid"}
+
+    kind: EngineKind = Field(
+        default=EngineKind.BUILTIN,
+        description="The one model's engine when `models` is empty (builtin or fake).",
+    )
+    models: list[ModelSettings] = Field(
+        default_factory=list,
+        description="The models served, the first the default; empty: one, of `kind`.",
+    )
+    builtin: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
+    fake: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
+
+    @model_validator(mode="after")
+    def _models(self) -> EngineSettings:
+        if not self.models and self.kind is EngineKind.OPENAI:
+            raise ValueError("engine openai needs its replicas: configure it under `models`")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("two models have one name")
+        for kind in (EngineKind.BUILTIN, EngineKind.FAKE):  # each runs in the process
+            if sum(m.engine is kind for m in self.models) > 1:
+                raise ValueError(f"at most one model may use the {kind.value} engine")
+        return self
+
+
 def tokenizer_json(path: Path) -> Path | None:
     """The tokenizer.json file ``path`` names (itself, or the one in that folder), if any."""
     file = path / "tokenizer.json" if path.is_dir() else path

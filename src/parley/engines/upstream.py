@@ -31,7 +31,6 @@ from typing import Any
 
 import httpx
 
-from parley.config import UpstreamSettings
 from parley.engines.estimate import estimate
 from parley.engines.interface import (
     ChatMessage,
@@ -44,6 +43,7 @@ from parley.engines.interface import (
     GenerationRequest,
     UpstreamRejected,
 )
+from parley.engines.settings import UpstreamSettings
 from parley.engines.upstream_answer import Abort, AnswerReader, Request, describe, pump_lines
 from parley.observability import tracing
 from parley.openai.protocol import error_message

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import ValidationError
 
-from parley.config import UpstreamSettings
 from parley.engines.interface import (
     Delta,
     EngineError,
@@ -24,6 +23,7 @@ from parley.engines.interface import (
     FinishReason,
     UpstreamBroken,
 )
+from parley.engines.settings import UpstreamSettings
 from parley.openai.protocol import DONE, ChatCompletionChunk, error_message
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}

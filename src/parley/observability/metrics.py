@@ -41,12 +41,14 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from parley.bus.interface import Bus
-from parley.config import Settings
 from parley.domain import QUEUE_WAIT_EXCEEDED, utcnow
 from parley.engines.interface import Delta, Engine
 from parley.engines.registry import configured_models
+from parley.engines.settings import EngineSettings
 from parley.engines.stats import engine_stats, engines_by_model, replica_stats
 from parley.observability.moderation import moderation_metrics
+from parley.observability.settings import ObservabilitySettings
+from parley.qos.settings import QosSettings
 from parley.store.schema import Run
 
 log = logging.getLogger(__name__)
@@ -223,16 +225,16 @@ class _QueueDepth:
 class Metrics:
     """Every metric of one process, and its exposition."""
 
-    def __init__(self, settings: Settings, directory: Path | None) -> None:
+    def __init__(self, engines: EngineSettings, qos: QosSettings, directory: Path | None) -> None:
         self.directory = directory
         own = CollectorRegistry() if directory is None else None
         self._runs = _run_metrics(own)
         self._edge = _edge_metrics(own)
         self._engine = _engine_metrics(own)
         self.moderation = moderation_metrics(own)  # recorded by the safety.Moderator
-        self._models = configured_models(settings)
+        self._models = configured_models(engines)
         self._prefix_seen: dict[str, tuple[int, int]] = {}
-        self._queue = _QueueDepth(t.priority for t in settings.tiers.values())
+        self._queue = _QueueDepth(t.priority for t in qos.tiers.values())
         self._scrape = own or CollectorRegistry()
         if directory is not None:
             MultiProcessCollector(self._scrape, path=str(directory))  # type: ignore[no-untyped-call]
@@ -366,8 +368,10 @@ def _use_directory(directory: Path | None) -> None:
     prometheus_values.ValueClass = _multiprocess_value
 
 
-def build_metrics(settings: Settings) -> Metrics:
+def build_metrics(
+    seen: ObservabilitySettings, engines: EngineSettings, qos: QosSettings
+) -> Metrics:
     """The metrics of one process, on the settings' ``metrics_dir`` if any."""
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
-    _use_directory(settings.metrics_dir)
-    return Metrics(settings, settings.metrics_dir)
+    _use_directory(seen.metrics_dir)
+    return Metrics(engines, qos, seen.metrics_dir)

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from parley.config import Settings
     from parley.engines.interface import Delta
+    from parley.observability.settings import ObservabilitySettings as Seen
     from parley.store.schema import Run
 
 # -- names: every span, event and attribute parley records ---------------------------------
@@ -99,7 +99,7 @@ _state = _State()
 # -- set-up ---------------------------------------------------------------------------------
 
 
-def traces_endpoint(settings: Settings, environ: Mapping[str, str] = os.environ) -> str | None:
+def traces_endpoint(settings: Seen, environ: Mapping[str, str] = os.environ) -> str | None:
     """Where spans go (OTLP/HTTP), or None (off): ``otlp_endpoint`` + ``/v1/traces``, else
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as given, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` +
     ``/v1/traces``; ``OTEL_SDK_DISABLED=true`` turns the variables off."""
@@ -119,7 +119,7 @@ def _traces_url(base: str) -> str:
     return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
 
 
-def configure(settings: Settings, *, service: str, exporter: SpanExporter | None = None) -> bool:
+def configure(settings: Seen, *, service: str, exporter: SpanExporter | None = None) -> bool:
     """Install tracing for this process if it is configured (or ``exporter`` is given);
     whether it is on. ``service`` is the process's default ``service.name``."""
     endpoint = traces_endpoint(settings)

@@ -70,9 +70,9 @@ async def _open(settings: Settings) -> tuple[Database, Archiver]:
     from parley.store.database import Database
     from parley.store.migrate import upgrade
 
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database.resolved_url)
     await upgrade(db)
-    return db, Archiver.from_settings(db, settings)
+    return db, Archiver.from_settings(db, settings.blobs, settings.archive, settings.data_dir)
 
 
 async def _user_id(db: Database, email: str) -> str | None:

@@ -24,10 +24,11 @@ import math
 from dataclasses import replace
 
 from parley.bus.interface import Bus, ModelLoad, QueueFull
-from parley.config import Settings
 from parley.domain import RunSource
 from parley.errors import Overloaded, TooManyRuns
 from parley.observability.metrics import Metrics
+from parley.qos.settings import QosSettings
+from parley.runs.settings import RunSettings
 from parley.store.new_runs import NewRun
 from parley.store.schema import Run
 from parley.tiers import TierSettings
@@ -35,7 +36,7 @@ from parley.tiers import TierSettings
 _NO_LIMIT = 1 << 30  # a slot re-held for a run already in flight is never refused
 
 
-def slot_of(run_id: str, idempotency_key: str | None, request_hash: str | None) -> str:
+def user_run_key(run_id: str, idempotency_key: str | None, request_hash: str | None) -> str:
     """The name of the run slot a run holds: its request's idempotency key and body (the
     same request sent again shares it; the key reused for another request does not), else
     its id."""
@@ -45,16 +46,19 @@ def slot_of(run_id: str, idempotency_key: str | None, request_hash: str | None) 
 
 
 class Admission:
-    def __init__(self, bus: Bus, settings: Settings, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, bus: Bus, qos: QosSettings, runs: RunSettings, *, metrics: Metrics | None = None
+    ) -> None:
         self._bus = bus
-        self._settings = settings
+        self._settings = qos
+        self._runs = runs
         self._metrics = metrics
 
     def _queued_ttl(self, tier: TierSettings) -> float:
         """How long a queued run's slot lasts unrefreshed: past its queue wait limit the
         sweeper ends it (and gives the slot back), or a worker has claimed it."""
-        s = self._settings
-        return tier.max_queue_wait_seconds + 2 * (s.lease_seconds + s.sweep_interval_seconds)
+        r = self._runs
+        return tier.max_queue_wait_seconds + 2 * (r.lease_seconds + r.sweep_interval_seconds)
 
     async def admit(self, new: NewRun) -> NewRun:
         """Take the run's slot and count it on its model (or a downgrade model); the run to
@@ -62,9 +66,9 @@ class Admission:
         The slot comes first: a user refused for their own runs never counts (even for a
         moment) in the load that decides for everyone else."""
         tier = self._settings.tier(new.tier)
-        slot = slot_of(new.run_id, new.idempotency_key, new.request_hash)
+        slot = user_run_key(new.run_id, new.idempotency_key, new.request_hash)
         ttl = self._queued_ttl(tier)
-        if not await self._bus.hold_run_slot(
+        if not await self._bus.hold_user_run(
             new.user_id, slot, limit=tier.max_concurrent_runs, ttl=ttl
         ):
             raise self._too_many(new.tier, tier)
@@ -75,7 +79,7 @@ class Admission:
             )
             return new if asked.admitted else await self._downgrade(new, tier, asked.load, ttl)
         except BaseException:
-            await self._bus.release_run_slot(new.user_id, slot)
+            await self._bus.release_user_run(new.user_id, slot)
             raise
 
     async def _downgrade(
@@ -95,13 +99,13 @@ class Admission:
         assert tier.max_load is not None  # a tier without a limit is always admitted
         raise self._overloaded(new, tier, tier.max_load, load)
 
-    async def undo(self, new: NewRun, *, keep_slot: bool = False) -> None:
+    async def undo(self, new: NewRun, *, keep_user_run: bool = False) -> None:
         """The run admitted was not made: uncount it; give its slot back unless another run
         holds it (a same-key request's)."""
         await self._bus.release_run(new.model, new.run_id, drained=False)
-        if not keep_slot:
-            await self._bus.release_run_slot(
-                new.user_id, slot_of(new.run_id, new.idempotency_key, new.request_hash)
+        if not keep_user_run:
+            await self._bus.release_user_run(
+                new.user_id, user_run_key(new.run_id, new.idempotency_key, new.request_hash)
             )
 
     async def running(self, run: Run) -> None:
@@ -110,9 +114,9 @@ class Admission:
         meanwhile (its slot given back) does not take it again."""
         if _background(run):
             return
-        ttl = self._settings.lease_seconds
+        ttl = self._runs.lease_seconds
         await asyncio.gather(
-            self._bus.refresh_run_slot(run.user_id, _slot(run), ttl=ttl),
+            self._bus.refresh_user_run(run.user_id, _user_run_key(run), ttl=ttl),
             self._bus.refresh_run(run.model, run.id, ttl=ttl),
         )
 
@@ -122,7 +126,7 @@ class Admission:
         if _background(run):
             return
         ttl = self._queued_ttl(self._settings.tier(run.tier))
-        await self._bus.hold_run_slot(run.user_id, _slot(run), limit=_NO_LIMIT, ttl=ttl)
+        await self._bus.hold_user_run(run.user_id, _user_run_key(run), limit=_NO_LIMIT, ttl=ttl)
         await self._bus.admit_run(run.model, run.id, max_load=None, ttl=ttl, window=0)
 
     async def ended(self, run: Run) -> None:
@@ -131,7 +135,7 @@ class Admission:
             return
         await asyncio.gather(
             self._bus.release_run(run.model, run.id, drained=True),
-            self._bus.release_run_slot(run.user_id, _slot(run)),
+            self._bus.release_user_run(run.user_id, _user_run_key(run)),
         )
 
     async def queue_full(self, new: NewRun, queued: int) -> QueueFull:
@@ -190,5 +194,5 @@ def _background(run: Run) -> bool:
     return run.source is RunSource.SUMMARY
 
 
-def _slot(run: Run) -> str:
-    return slot_of(run.id, run.idempotency_key, run.request_hash)
+def _user_run_key(run: Run) -> str:
+    return user_run_key(run.id, run.idempotency_key, run.request_hash)

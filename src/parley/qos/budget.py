@@ -6,7 +6,7 @@ their tier: ``burst_tokens`` is its capacity, ``tokens_per_minute`` its continuo
 
 The reservation is ``max_tokens`` plus the whole prompt as it will be sent, history
 included, counted with the model's tokenizer where the api process has one, else estimated
-(``parley.qos.reservations`` and ``parley.qos.costs``). Settling replaces it by
+(``parley.qos.reservations`` and ``parley.qos.prompt_counter``). Settling replaces it by
 ``prompt_tokens + completion_tokens`` as the engine counted them, so a low count costs an
 overrun (the balance may go negative) and a high one is refunded.
 
@@ -19,9 +19,10 @@ import logging
 import math
 
 from parley.bus.interface import TokenBalance, TokenBucket, TokenBudgets, TokenReservation
-from parley.config import Settings, TierSettings
 from parley.errors import BudgetExhausted
+from parley.qos.settings import QosSettings
 from parley.store.schema import Run
+from parley.tiers import TierSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def exhausted(refused: TokenReservation) -> BudgetExhausted:
 class Budget:
     """The users' token buckets, sized by their tiers. Holds no state of its own."""
 
-    def __init__(self, bus: TokenBudgets, settings: Settings) -> None:
+    def __init__(self, bus: TokenBudgets, settings: QosSettings) -> None:
         self._bus = bus
         self._settings = settings
 

@@ -1,5 +1,5 @@
 """What a new run reserves on its user's token budget: its output allowance and its whole
-prompt as it will be sent, counted as its model counts it (``parley.qos.costs``): a chat's
+prompt as it will be sent, counted as its model counts it (``parley.qos.prompt_counter``): a chat's
 prompt as ``context.prompts`` assembles it (or, with context management off, its whole
 history), a program's own messages. Settlement later replaces it by the engine's counts.
 

@@ -19,11 +19,11 @@ import anyio
 
 from parley.accounts.principal import Principal
 from parley.bus.interface import Bus, EventKind, StreamEntry, valid_entry_id
-from parley.config import Settings
 from parley.errors import DependencyUnavailable, InvalidRequest, RateLimited
 from parley.observability.metrics import Metrics
 from parley.outages import OUTAGE_EXCEPTIONS, outage
 from parley.runs.events import PING, Batch, delta_event, done_event, error_event, sse_frame
+from parley.runs.settings import RunSettings
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -38,7 +38,7 @@ STORED_DONE_ID = "0-2"
 
 class Relay:
     def __init__(
-        self, db: Database, bus: Bus, settings: Settings, *, metrics: Metrics | None = None
+        self, db: Database, bus: Bus, settings: RunSettings, *, metrics: Metrics | None = None
     ) -> None:
         self._db = db
         self._bus = bus

@@ -9,20 +9,23 @@ from dataclasses import replace
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.principal import Principal
-from parley.config import Settings, TierSettings
 from parley.domain import MessageRole
 from parley.errors import PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
+from parley.qos.settings import QosSettings
 from parley.runs.requests import SendRequest, request_hash
+from parley.runs.settings import RunSettings
 from parley.store import chats, new_runs
 from parley.store.schema import Chat
+from parley.tiers import TierSettings
 
 
 class Rules:
     """The checks of a request against the settings and the models served."""
 
-    def __init__(self, settings: Settings, models: list[str]) -> None:
-        self._settings = settings
+    def __init__(self, qos: QosSettings, runs: RunSettings, models: list[str]) -> None:
+        self._settings = qos
+        self._runs = runs
         self._models = models
 
     def validate(
@@ -54,7 +57,7 @@ class Rules:
         self.check_length(content, "content")
 
     def check_length(self, content: str, param: str) -> None:
-        limit = self._settings.max_message_chars
+        limit = self._runs.max_message_chars
         if len(content) > limit:
             raise ValidationFailed(
                 f"{param} must be at most {limit} characters",

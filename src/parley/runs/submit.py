@@ -16,10 +16,10 @@ from typing import Protocol
 
 import anyio
 
+from parley import text
 from parley.accounts.principal import Principal
 from parley.archive.archiver import Archiver
 from parley.bus.interface import Bus, QueuedRun, QueueFull
-from parley.config import Settings
 from parley.context.prompts import ChatContext
 from parley.domain import MessageRole, RunSource, utcnow
 from parley.engines.interface import ChatMessage
@@ -34,12 +34,14 @@ from parley.observability.metrics import Metrics
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
+from parley.qos.settings import QosSettings
 from parley.runs import rules
 from parley.runs.events import made_event
 from parley.runs.inputs import RunInput
 from parley.runs.refusals import Refusals
 from parley.runs.requests import ProgramRequest, SendRequest, program_hash
 from parley.runs.rules import Rules
+from parley.runs.settings import RunSettings
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
@@ -73,7 +75,8 @@ class Submitter:
         db: Database,
         bus: Bus,
         budget: Budget,
-        settings: Settings,
+        qos: QosSettings,
+        runs: RunSettings,
         models: list[str],
         admission: Admission,
         context: ChatContext,
@@ -94,9 +97,10 @@ class Submitter:
         self._db = db
         self._bus = bus
         self._budget = budget
-        self._settings = settings
+        self._settings = runs
+        self._qos = qos
         self._models = models
-        self.rules = Rules(settings, models)
+        self.rules = Rules(qos, runs, models)
         self._handoff = handoff
         self._archiver = archiver
 
@@ -123,7 +127,7 @@ class Submitter:
         self, who: Principal, req: ProgramRequest, idempotency_key: str | None
     ) -> Run:
         """A program's run (``/v1``): its own messages, no chat; else as ``submit``."""
-        tier = self._settings.tier(who.tier)
+        tier = self._qos.tier(who.tier)
         for i, message in enumerate(req.input.messages):
             self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
@@ -174,7 +178,7 @@ class Submitter:
             )
         earlier = [(MessageRole(m.role), m.content) for m in given.messages[:-1]]
         first = next(m.content for m in given.messages if m.role == "user")
-        title = " ".join(first.split())[: self._settings.max_title_chars] or "New chat"
+        title = text.title_from(first, min(self._settings.max_title_chars, text.TITLE_FROM_CHARS))
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
 
     async def _admit(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:
@@ -196,7 +200,7 @@ class Submitter:
             raise
         if run.id != new.run_id:  # an earlier same-key request's run: its slot is the same
             with anyio.CancelScope(shield=True):
-                await self._admission.undo(new, keep_slot=not run.status.is_terminal)
+                await self._admission.undo(new, keep_user_run=not run.status.is_terminal)
         return run
 
     async def _admit_admitted(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:
@@ -205,7 +209,7 @@ class Submitter:
             if existing is not None:
                 return existing
         queued = await self._bus.queue_length()
-        if queued >= self._settings.queue_max:
+        if queued >= self._qos.queue_max:
             raise await self._admission.queue_full(new, queued)
         cost = self.costs.reservation(new, await prompt(new))
         try:
@@ -240,7 +244,7 @@ class Submitter:
         queued, or it is the top tier's (whose queued runs would hold a free slot already)."""
         if self._handoff is None:
             return None
-        if queued and new.priority < self._settings.top_priority:
+        if queued and new.priority < self._qos.top_priority:
             return None
         return self._handoff.take(new.priority)
 

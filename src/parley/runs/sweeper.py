@@ -30,28 +30,39 @@ import time
 from datetime import datetime, timedelta
 
 from parley.bus.interface import Bus, EventKind, QueuedRun, QueueFull
-from parley.config import Settings
 from parley.domain import QUEUE_WAIT_EXCEEDED, FinishReason, RunStatus, utcnow
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.runs.events import DeltaEvent, decode, status_event
 from parley.runs.finisher import Finisher, Guard
+from parley.runs.settings import RunSettings
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
+from parley.tiers import TierSettings
 
 log = logging.getLogger(__name__)
 
 
 class Sweeper:
     def __init__(
-        self, db: Database, bus: Bus, finisher: Finisher, admission: Admission, settings: Settings
+        self,
+        db: Database,
+        bus: Bus,
+        finisher: Finisher,
+        admission: Admission,
+        settings: RunSettings,
+        *,
+        tiers: dict[str, TierSettings],
+        stream_maxlen: int,
     ) -> None:
         self._admission = admission
         self._db = db
         self._bus = bus
         self._finisher = finisher
         self._settings = settings
+        self._tiers = tiers
+        self._stream_maxlen = stream_maxlen
         # since when this sweeper has reached the database without a failure (monotonic);
         # from the start as if always: only an outage seen here makes it wait
         self._reachable_since = -math.inf
@@ -89,7 +100,7 @@ class Sweeper:
             await run_records.forget_idempotency_keys(s, before=forget_before)
 
     async def _reject_overdue(self, now: datetime) -> None:
-        for name, tier in self._settings.tiers.items():
+        for name, tier in self._tiers.items():
             limit = tier.max_queue_wait_seconds
             async with self._db.transaction() as s:
                 overdue = await run_records.overdue_queued(
@@ -143,7 +154,7 @@ class Sweeper:
 
     async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
         """The text streamed so far and its token count; None if no delta was streamed."""
-        entries = await self._bus.read(run_id, None, timeout=0, count=self._settings.stream_maxlen)
+        entries = await self._bus.read(run_id, None, timeout=0, count=self._stream_maxlen)
         events = [decode(e.event) for e in entries if e.event.kind is EventKind.DELTA]
         deltas = [e for e in events if isinstance(e, DeltaEvent)]
         if not deltas:

@@ -31,20 +31,22 @@ from datetime import timedelta
 
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
-from parley.config import Settings
 from parley.domain import BACKGROUND_PRIORITY, RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
-from parley.engines.registry import slot_offers
+from parley.engines.registry import capacity_offers
+from parley.engines.settings import EngineSettings
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
 from parley.outages import log_failure
 from parley.qos.admission import Admission
+from parley.qos.settings import QosSettings
 from parley.runs.events import delta_event, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
 from parley.runs.moderated import OutputRefused, moderated
 from parley.runs.progress import Progress
 from parley.runs.run_slots import RunSlots
+from parley.runs.settings import RunSettings
 from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
@@ -63,8 +65,10 @@ class Worker:
         bus: Bus,
         engine: Engine,
         finisher: Finisher,
-        settings: Settings,
+        settings: RunSettings,
         *,
+        qos: QosSettings,
+        engines: EngineSettings,
         admission: Admission,
         prompting: Prompting,
         concurrency: int,
@@ -77,6 +81,7 @@ class Worker:
         self._bus = bus
         self._engine = engine
         self._settings = settings
+        self._top_priority, self._engines = qos.top_priority, engines
         self._finisher = finisher
         self._metrics = metrics
         self._admission = admission
@@ -129,7 +134,7 @@ class Worker:
                 # freed meanwhile lets any run in
                 item = await self._bus.dequeue(
                     timeout=RESERVE_POLL_SECONDS if reserved else 1.0,
-                    min_priority=self._settings.top_priority if reserved else BACKGROUND_PRIORITY,
+                    min_priority=self._top_priority if reserved else BACKGROUND_PRIORITY,
                 )
             except Exception as e:
                 self._slots.give_back()
@@ -177,9 +182,7 @@ class Worker:
         """Whether the run dequeued may take the slot held for it: a lower tier's run that
         was waited for outside the reserve, while top-tier runs were handed the slots it
         would leave, goes back to the queue (at the back of its tier's runs)."""
-        if item.priority >= self._settings.top_priority or not self._in_reserve(
-            self._slots.free + 1
-        ):
+        if item.priority >= self._top_priority or not self._in_reserve(self._slots.free + 1):
             return True
         with contextlib.suppress(QueueFull):  # else the sweeper queues it again
             await self._bus.enqueue(item)
@@ -194,7 +197,7 @@ class Worker:
         lower tier's run never takes one of the top tier's reserve."""
         if self._stopping.is_set() or self._slots.free == 0:
             return None
-        if priority < self._settings.top_priority and self._in_reserve(self._slots.free):
+        if priority < self._top_priority and self._in_reserve(self._slots.free):
             return None
         return self.worker_id if self._slots.try_take() else None
 
@@ -342,7 +345,7 @@ class Worker:
     async def _watch_cancel(self, run: Run, progress: Progress) -> None:
         """Watch for a stop; first, beside the generation (not before it), make the run's
         slot last one lease from now (renewed with the lease: ``_keep_leases``)."""
-        await self._refresh_slot(run)
+        await self._refresh_user_run(run)
         run_id = run.id
         wait = self._settings.lease_seconds
         while not progress.over:
@@ -357,24 +360,24 @@ class Worker:
         end is still being stored (the database failing over) keeps its lease too, so the
         sweeper never takes back an answer that only waits for the database."""
         while True:
-            await self._offer_slots()
+            await self._offer_capacity()
             await asyncio.sleep(self._settings.lease_seconds / 3)
             if self._active or self._finishing:
                 await self.renew_leases()
                 held = [p.run for p in self._active.values()] + list(self._finishing.values())
-                await asyncio.gather(*(self._refresh_slot(run) for run in held))
+                await asyncio.gather(*(self._refresh_user_run(run) for run in held))
 
-    async def _offer_slots(self) -> None:
-        offers = slot_offers(self._settings, self.worker_id, self._concurrency)
+    async def _offer_capacity(self) -> None:
+        offers = capacity_offers(self._engines, self.worker_id, self._concurrency)
         try:
             for offer in offers:
-                await self._bus.offer_slots(
+                await self._bus.offer_capacity(
                     offer.model, offer.source, offer.slots, ttl=self._settings.lease_seconds
                 )
         except Exception as e:
             log_failure(log, e, "offering the engine's slots failed; retrying")
 
-    async def _refresh_slot(self, run: Run) -> None:
+    async def _refresh_user_run(self, run: Run) -> None:
         try:
             await self._admission.running(run)
         except Exception as e:

@@ -57,7 +57,7 @@ async def list_refused(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit <= 0:
         print("parley: --limit must be positive", file=sys.stderr)
         return 2
-    db = Database(settings.resolved_database_url)
+    db = Database(settings.database.resolved_url)
     try:
         await upgrade(db)
         async with db.transaction() as s:

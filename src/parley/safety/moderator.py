@@ -20,14 +20,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from parley.config import Settings
 from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE
 from parley.observability.moderation import ModerationMetrics
+from parley.qos.settings import QosSettings
 from parley.safety.endpoint import ModerationEndpoint
 from parley.safety.guard import GuardModel
 from parley.safety.interface import Classifier, Sample, Stage, Verdict
 from parley.safety.rules import OutputScan, RuleSet
-from parley.safety.settings import ClassifierSettings, FailMode, RulesSettings
+from parley.safety.settings import ClassifierSettings, FailMode, RulesSettings, SafetySettings
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +92,21 @@ def build_classifier(name: str, settings: ClassifierSettings) -> Configured:
 
 
 class Moderator:
-    def __init__(self, settings: Settings, *, metrics: ModerationMetrics | None = None) -> None:
-        self._settings = settings
+    def __init__(
+        self,
+        settings: SafetySettings,
+        qos: QosSettings,
+        *,
+        metrics: ModerationMetrics | None = None,
+    ) -> None:
+        self._qos = qos
         self._metrics = metrics
-        classifiers = settings.safety.classifiers
+        classifiers = settings.classifiers
         self._all = {name: build_classifier(name, one) for name, one in classifiers.items()}
-        self.window_tokens = settings.safety.window_tokens
+        self.window_tokens = settings.window_tokens
 
     def _chosen(self, tier: str, stage: Stage) -> list[Configured]:
-        choice = self._settings.tier(tier).moderation
+        choice = self._qos.tier(tier).moderation
         names = choice.input if stage is Stage.INPUT else choice.output
         return [self._all[name] for name in names]
 

@@ -135,7 +135,7 @@ def clear_cookies(response: Response) -> None:
 async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
     """The user, their tier and its limits, and the token budget left."""
     user = await svc.accounts.me(who)
-    tier = svc.settings.tier(user.tier)
+    tier = svc.settings.qos.tier(user.tier)
     try:
         budget: BudgetOut | None = _budget_out(await svc.budget.balance(user.id, user.tier))
     except OUTAGE_EXCEPTIONS:  # the bus is down: the account reads on, without its budget
@@ -158,8 +158,8 @@ def _budget_out(balance: TokenBalance) -> BudgetOut:
 
 
 def _logged_in(login: Login, response: Response, svc: Services) -> AuthOut:
-    ttl = svc.settings.session_ttl_seconds
-    secure = svc.settings.secure_cookies
+    ttl = svc.settings.accounts.session_ttl_seconds
+    secure = bool(svc.settings.http.cookie_secure)
     csrf = svc.accounts.csrf_token(login.session_id)
     response.set_cookie(
         SESSION_COOKIE,

@@ -23,7 +23,6 @@ from parley.api.schemas import (
     MessageList,
     MessageOut,
 )
-from parley.config import Settings
 from parley.domain import MessageRole, MessageStatus
 from parley.errors import ValidationFailed
 from parley.services import Services
@@ -34,8 +33,6 @@ from parley.store.schema import Chat, Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 
-DEFAULT_TITLE = "New chat"
-
 
 @router.post(
     "",
@@ -44,7 +41,15 @@ DEFAULT_TITLE = "New chat"
     responses=errors(*AUTHED, *BODY),
 )
 async def create_chat(body: ChatCreate, who: PrincipalDep, svc: ServicesDep) -> ChatOut:
-    title = _title(body.title, svc.settings, allow_empty=True) or DEFAULT_TITLE
+    if body.title is not None and body.title_from is not None:
+        raise ValidationFailed(
+            "give a title or title_from, not both", code="invalid_title", param="title_from"
+        )
+    limit = svc.settings.runs.max_title_chars
+    if body.title_from is not None:
+        title = text.title_from(body.title_from, min(limit, text.TITLE_FROM_CHARS))
+    else:
+        title = _title(body.title, limit, allow_empty=True) or text.DEFAULT_TITLE
     async with svc.db.transaction() as s:
         chat = await chats.create_chat(s, user_id=who.user_id, title=title)
     return ChatOut.model_validate(chat, from_attributes=True)
@@ -76,7 +81,7 @@ async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatDet
 async def rename_chat(
     chat_id: str, body: ChatUpdate, who: PrincipalDep, svc: ServicesDep
 ) -> ChatOut:
-    title = _title(body.title, svc.settings, allow_empty=False)
+    title = _title(body.title, svc.settings.runs.max_title_chars, allow_empty=False)
     async with svc.db.transaction() as s:
         chat = await chats.rename_chat(s, user_id=who.user_id, chat_id=chat_id, title=title)
     return ChatOut.model_validate(chat, from_attributes=True)
@@ -165,14 +170,14 @@ def _message(m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree
     return out
 
 
-def _title(raw: str | None, settings: Settings, *, allow_empty: bool) -> str:
+def _title(raw: str | None, limit: int, *, allow_empty: bool) -> str:
     title = " ".join((raw or "").split())
     text.check_title(title)
     if not title and not allow_empty:
         raise ValidationFailed("title must not be blank", code="invalid_title", param="title")
-    if len(title) > settings.max_title_chars:
+    if len(title) > limit:
         raise ValidationFailed(
-            f"title must be at most {settings.max_title_chars} characters",
+            f"title must be at most {limit} characters",
             code="title_too_long",
             param="title",
         )

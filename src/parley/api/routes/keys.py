@@ -22,7 +22,7 @@ async def create_key(
     body: ApiKeyCreate, who: SessionPrincipalDep, svc: ServicesDep
 ) -> ApiKeyCreated:
     name = body.name.strip()
-    limit = svc.settings.max_key_name_chars
+    limit = svc.settings.accounts.max_key_name_chars
     if not name or len(name) > limit:
         raise ValidationFailed(
             f"name must be 1 to {limit} characters", code="invalid_name", param="name"

@@ -19,7 +19,7 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/metrics")
 async def metrics(request: Request, svc: ServicesDep) -> Response:
-    if not bearer_is(request, svc.settings.metrics_token):
+    if not bearer_is(request, svc.settings.observability.metrics_token):
         raise Unauthenticated("/metrics needs 'Authorization: Bearer <metrics token>'")
     body = await svc.metrics.exposition(svc.bus, svc.engine)
     return Response(body, media_type=CONTENT_TYPE)

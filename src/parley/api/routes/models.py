@@ -16,7 +16,7 @@ router = APIRouter(tags=["models"])
 async def list_models(who: PrincipalDep, svc: ServicesDep) -> ModelList:
     """The configured models your tier allows, in the configured order (the default is
     configured first; it is missing if your tier may not use it)."""
-    engines = {m.name: m.engine for m in model_settings(svc.settings)}
+    engines = {m.name: m.engine for m in model_settings(svc.settings.engines)}
     default = svc.models[0]
     return ModelList(
         data=[

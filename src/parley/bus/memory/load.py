@@ -45,7 +45,7 @@ class _LoadOps(_MemoryOps):
         if runs.pop(run_id, None) is not None and drained:
             self._ends.setdefault(model, deque()).append(self._clock())
 
-    async def offer_slots(self, model: str, source: str, slots: int, *, ttl: float) -> None:
+    async def offer_capacity(self, model: str, source: str, slots: int, *, ttl: float) -> None:
         self._offers.setdefault(model, {})[source] = (slots, self._clock() + ttl)
 
     async def model_load(self, model: str, *, window: float) -> ModelLoad:

@@ -18,10 +18,10 @@ class _SlotOps(_MemoryOps):
     async def close_stream(self, user_id: str, stream_id: str) -> None:
         _release(self._slots, user_id, stream_id)
 
-    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+    async def hold_user_run(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
         return self._hold(self._run_slots, user_id, run_id, limit, ttl)
 
-    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+    async def refresh_user_run(self, user_id: str, run_id: str, *, ttl: float) -> bool:
         now = self._clock()
         slots = self._run_slots.get(user_id, {})
         if slots.get(run_id, now) <= now:
@@ -29,7 +29,7 @@ class _SlotOps(_MemoryOps):
         slots[run_id] = now + ttl
         return True
 
-    async def release_run_slot(self, user_id: str, run_id: str) -> None:
+    async def release_user_run(self, user_id: str, run_id: str) -> None:
         _release(self._run_slots, user_id, run_id)
 
     def _hold(

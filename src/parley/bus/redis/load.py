@@ -101,7 +101,7 @@ class _LoadOps(_RedisOps):
     async def release_run(self, model: str, run_id: str, *, drained: bool) -> None:
         await self._load(model, "release", 0, run_id, int(drained))
 
-    async def offer_slots(self, model: str, source: str, slots: int, *, ttl: float) -> None:
+    async def offer_capacity(self, model: str, source: str, slots: int, *, ttl: float) -> None:
         await self._load(model, "offer", 0, source, slots, _ms(ttl))
 
     async def model_load(self, model: str, *, window: float) -> ModelLoad:

@@ -38,13 +38,13 @@ class _SlotOps(_RedisOps):
     async def close_stream(self, user_id: str, stream_id: str) -> None:
         await self._redis.zrem(self._user_key(user_id, "streams"), stream_id)
 
-    async def hold_run_slot(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
+    async def hold_user_run(self, user_id: str, run_id: str, *, limit: int, ttl: float) -> bool:
         return await self._hold(self._user_key(user_id, "runs"), run_id, limit, ttl)
 
-    async def refresh_run_slot(self, user_id: str, run_id: str, *, ttl: float) -> bool:
+    async def refresh_user_run(self, user_id: str, run_id: str, *, ttl: float) -> bool:
         return await self._hold(self._user_key(user_id, "runs"), run_id, -1, ttl)
 
-    async def release_run_slot(self, user_id: str, run_id: str) -> None:
+    async def release_user_run(self, user_id: str, run_id: str) -> None:
         await self._redis.zrem(self._user_key(user_id, "runs"), run_id)
 
     async def _hold(self, key: str, member: str, limit: int, ttl: float) -> bool:

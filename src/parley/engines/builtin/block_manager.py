@@ -5,7 +5,7 @@ hands out block *ids* (in the style of vLLM v1's ``KVCacheManager``/``BlockPool`
 nano-vllm's ``BlockManager``). A sequence's *block table* maps its token positions to
 slots: position ``p`` lives in slot ``table[p // block_size] * block_size + p % block_size``
 (``slots()``, the one owner of that map). It keeps no copy of a sequence's tokens: the
-caller, which has the sequence, passes them to ``allocate`` and ``append_slot``, and only
+caller, which has the sequence, passes them to ``allocate`` and ``append_kv_slot``, and only
 their count and the hashes of the full blocks stay here.
 
 Prefix caching
@@ -136,10 +136,10 @@ class BlockManager:
         return num_cached
 
     def can_append(self, seq_id: str) -> bool:
-        """Whether ``append_slot`` would succeed now."""
+        """Whether ``append_kv_slot`` would succeed now."""
         return not self._needs_new_block(self._seq(seq_id)) or self.num_free_blocks > 0
 
-    def append_slot(self, seq_id: str, token_ids: Sequence[int]) -> int:
+    def append_kv_slot(self, seq_id: str, token_ids: Sequence[int]) -> int:
         """Add one token to a sequence (a new block if the last is full); return its slot.
 
         ``token_ids`` are all the sequence's tokens, the new one last (the caller owns them;
@@ -148,7 +148,7 @@ class BlockManager:
         seq = self._seq(seq_id)
         if len(token_ids) != seq.num_tokens + 1:
             raise ValueError(
-                f"sequence {seq_id!r} holds {seq.num_tokens} tokens; append_slot needs those "
+                f"sequence {seq_id!r} holds {seq.num_tokens} tokens; append_kv_slot needs those "
                 f"and the new one, got {len(token_ids)}"
             )
         if self._needs_new_block(seq):
@@ -159,7 +159,7 @@ class BlockManager:
         if seq.num_tokens % self.block_size == 0:
             parent = seq.block_hashes[-1] if seq.block_hashes else _ROOT
             seq.block_hashes.append(hash_block(parent, token_ids[-self.block_size :]))
-        return self.slot_of(seq_id, seq.num_tokens - 1)
+        return self.kv_slot_of(seq_id, seq.num_tokens - 1)
 
     def mark_computed(self, seq_id: str, num_computed_tokens: int) -> None:
         """Record that the K/V of the sequence's first tokens are now in the cache.
@@ -199,7 +199,7 @@ class BlockManager:
     def num_computed_tokens(self, seq_id: str) -> int:
         return self._seq(seq_id).num_computed
 
-    def slot_of(self, seq_id: str, position: int) -> int:
+    def kv_slot_of(self, seq_id: str, position: int) -> int:
         """The cache slot of one token position of the sequence."""
         return self.slots(seq_id, position, position + 1)[0]
 

@@ -131,7 +131,7 @@ class Scheduler:
             if self.blocks.num_tokens(seq.seq_id) < seq.num_tokens:  # a new token: a slot
                 if not self._make_room(seq, plan):
                     continue
-                self.blocks.append_slot(seq.seq_id, seq.tokens)
+                self.blocks.append_kv_slot(seq.seq_id, seq.tokens)
             # else a prompt whose last chunk the budget ended one token short: that token's
             # slot is in the table already, and this step feeds it like a decode
             plan.chunks.append(Chunk(seq, seq.num_tokens - 1, 1, sample=True))

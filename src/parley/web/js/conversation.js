@@ -10,9 +10,6 @@ import { followRun } from "./run.js";
 
 const PAGE = 30;
 const NEAR_BOTTOM_PX = 120;
-const TITLE_CHARS = 60;
-// A character that shows (parley.text on the server): a title of none is refused.
-const VISIBLE = /(?![\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5\u180e])[\p{L}\p{N}\p{P}\p{S}\p{Co}]/u;
 
 export class Conversation {
   /**
@@ -193,10 +190,8 @@ export class Conversation {
   }
 
   async createChat(text) {
-    // titled by its first line that shows something (none: the server's default title)
-    const firstLine = text.trim().split("\n").find((line) => VISIBLE.test(line)) || "";
-    const title = firstLine.length > TITLE_CHARS ? `${firstLine.slice(0, TITLE_CHARS - 1)}…` : firstLine;
-    const chat = await api("POST", "/api/chats", { json: title ? { title } : {} });
+    // titled by the server's rule (parley.text.title_from): its first line that shows something
+    const chat = await api("POST", "/api/chats", { json: { title_from: text } });
     this.chatId = chat.id;
     this.setTitle(chat.title);
     this.hooks.chatCreated(chat);

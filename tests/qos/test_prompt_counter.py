@@ -17,8 +17,7 @@ from typing import Any, TypeVar, cast
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from parley.config import Settings, load_settings
-from parley.context.prompts import ChatContext
+from parley.config import load_settings
 from parley.context.summaries import Summaries
 from parley.domain import MessageRole, MessageStatus, new_id, utcnow
 from parley.engines.builtin.config import ModelNotFound
@@ -27,12 +26,15 @@ from parley.engines.builtin.loader import default_model_path
 from parley.engines.estimate import CHARS_PER_TOKEN
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.engines.interface import ChatMessage
-from parley.engines.registry import DEFAULT_BUILTIN_MODEL, builtin_engine
+from parley.engines.kinds import DEFAULT_BUILTIN_MODEL, builtin_engine
+from parley.engines.prompt_counts import BuiltinFiles
 from parley.engines.sampling import SamplingParams
+from parley.engines.settings import EngineSettings
 from parley.errors import ConfigurationError, NotFound
-from parley.qos import costs
-from parley.qos.costs import PromptCounter, estimate
+from parley.qos import prompt_counter as costs
+from parley.qos.prompt_counter import PromptCounter, estimate
 from parley.runs.generation import Prompting
+from parley.services import chat_context
 from parley.store import chats, run_records, users
 from parley.store.database import Database
 from parley.store.new_runs import NewRun, create_run
@@ -65,14 +67,14 @@ CONVERSATIONS = [
 ]
 
 
-def builtin_settings(**builtin: Any) -> Settings:
+def builtin_settings(**builtin: Any) -> EngineSettings:
     """The built-in engine with a tiny KV cache: the engine is built only for its count."""
     return load_settings(
         engine="builtin", builtin_engine={"kv_cache_tokens": 64, "max_running": 1, **builtin}
-    )
+    ).engines
 
 
-def openai_settings(tmp_path: Path, **model: Any) -> Settings:
+def openai_settings(tmp_path: Path, **model: Any) -> EngineSettings:
     return load_settings(
         data_dir=tmp_path,
         models=[
@@ -83,7 +85,7 @@ def openai_settings(tmp_path: Path, **model: Any) -> Settings:
                 **model,
             }
         ],
-    )
+    ).engines
 
 
 # -- the built-in engine's models: exactly the engine's count --------------------------------------
@@ -140,7 +142,7 @@ def test_the_engines_own_tokenizer_is_not_loaded_again(tiny_chat_model: Path) ->
     engine = builtin_engine(builtin_settings(model=tiny_chat_model))
     assert isinstance(engine, BuiltinEngine)
     elsewhere = builtin_settings(model=tiny_chat_model.parent / "gone", model_name="tiny-chat")
-    counter = PromptCounter.from_settings(elsewhere, builtin_tokenizer=engine.tokenizer)
+    counter = PromptCounter.from_settings(elsewhere, files=BuiltinFiles(None, engine.tokenizer))
     messages = CONVERSATIONS[1]
     assert counter.count("tiny-chat", messages) == engine.count_prompt_tokens("tiny-chat", messages)
 
@@ -272,8 +274,8 @@ def test_one_counter_counts_every_configured_model(tiny_chat_model: Path, tmp_pa
             {"name": "hosted", "engine": "openai", "replicas": [{"base_url": "http://h:1/v1"}]},
         ],
     )
-    counter = PromptCounter.from_settings(settings)
-    engine = builtin_engine(settings, name="tiny")
+    counter = PromptCounter.from_settings(settings.engines)
+    engine = builtin_engine(settings.engines, name="tiny")
     messages = CONVERSATIONS[1]
     assert counter.count("llama", messages) == chatml_bytes(messages)
     assert counter.count("tiny", messages) == engine.count_prompt_tokens("tiny", messages)
@@ -290,9 +292,9 @@ def test_one_counter_counts_every_configured_model(tiny_chat_model: Path, tmp_pa
 IMPORTS = """
 import sys
 from parley.config import load_settings
-from parley.qos.costs import PromptCounter
+from parley.qos.prompt_counter import PromptCounter
 settings = load_settings(engine="builtin", builtin_engine={"model": sys.argv[1]})
-counter = PromptCounter.from_settings(settings)
+counter = PromptCounter.from_settings(settings.engines)
 assert counter.counts_tokens("tiny-chat"), "the tokenizer was not loaded"
 print("torch" in sys.modules)
 """
@@ -315,7 +317,7 @@ def test_counting_the_built_in_models_prompts_never_imports_torch(tiny_chat_mode
 
 
 def test_the_fake_model_counts_as_the_fake_engine() -> None:
-    counter = PromptCounter.from_settings(load_settings(engine="fake"))
+    counter = PromptCounter.from_settings(load_settings(engine="fake").engines)
     for messages in CONVERSATIONS:
         expected = FakeEngine().count_prompt_tokens(FAKE_MODEL, messages)
         assert counter.count(FAKE_MODEL, messages) == expected
@@ -488,7 +490,7 @@ async def workers_prompt(db: Database, user_id: str, chat_id: str, content: str)
         idempotency_key=None,
         request_hash=None,
     )
-    whole_history = ChatContext(load_settings(engine="fake", context={"enabled": False}))
+    whole_history = chat_context(load_settings(engine="fake", context={"enabled": False}), None)
     prompting = Prompting(db, FakeEngine(), whole_history, cast(Summaries, None))
     async with db.transaction() as s:
         run = await create_run(s, new)

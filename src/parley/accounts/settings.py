@@ -1,0 +1,47 @@
+"""The accounts section (``[accounts]``, ``PARLEY_ACCOUNTS__…``; the former flat names such
+as ``PARLEY_SESSION_TTL_SECONDS`` still read): sessions, API keys, and how logins and
+sign-ups are slowed."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class AccountSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    session_ttl_seconds: int = Field(
+        default=30 * 24 * 3600, gt=0, description="A session's longest life."
+    )
+    session_idle_timeout_seconds: int = Field(
+        default=7 * 24 * 3600, ge=120, description="A session unused this long is refused."
+    )
+    auth_cache_seconds: float = Field(
+        default=5,
+        ge=0,
+        le=300,
+        description="How long a process trusts an API key it checked (0: every time); a "
+        "revocation made in another process takes effect here within it.",
+    )
+    max_key_name_chars: int = Field(default=100, gt=0, description="An API key's name, at most.")
+    login_free_failures: int = Field(
+        default=5, ge=1, description="Failures for one (email, address) before slowing."
+    )
+    login_failure_window_seconds: int = Field(
+        default=900, gt=0, description="How long a failure counts."
+    )
+    login_max_delay_seconds: int = Field(
+        default=900, gt=0, description="The longest a much-failing (email, address) waits."
+    )
+    login_email_free_failures: int = Field(
+        default=20, ge=1, description="Failures for one email, any address, before slowing."
+    )
+    login_email_max_delay_seconds: float = Field(
+        default=10, gt=0, description="The longest a login for a much-failed email is held."
+    )
+    signup_free_attempts_per_address: int = Field(
+        default=20, ge=1, description="Sign-ups from one address per window before 429."
+    )
+    signup_window_seconds: int = Field(
+        default=3600, gt=0, description="The window sign-ups are counted in."
+    )
