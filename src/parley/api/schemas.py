@@ -171,7 +171,7 @@ class Deleted(BaseModel):
 
 class ChatCreate(Strict):
     title: Text | None = None
-    title_from: Annotated[Text, Field(max_length=32_000)] | None = Field(
+    title_from: Text | None = Field(
         default=None,
         description="Title the chat by this message (its first line that shows something, "
         "cut to 60 characters), as the chat's first message would; not with `title`.",
