@@ -249,7 +249,12 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     name = args.served_model_name or model.name
     files = BuiltinFiles(settings.engines.builtin.model)
     engine = kind.build(model.model_copy(update={"name": name}), settings.engines, files)
-    server = EngineServer(engine, name, default_max_tokens=settings.qos.default_max_tokens)
+    server = EngineServer(
+        engine,
+        name,
+        default_max_tokens=settings.qos.default_max_tokens,
+        honoured=kind.capabilities.sampling,
+    )
     server.categorize = RuleSet("rules", settings.safety.rules()).categories_of  # /v1/moderations
     config = uvicorn.Config(
         server.app(),

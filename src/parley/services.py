@@ -24,7 +24,12 @@ from parley.context.retrieval import Retriever
 from parley.context.summaries import Summaries
 from parley.engines.interface import Engine
 from parley.engines.prompt_counts import BuiltinFiles
-from parley.engines.registry import build_engine, configured_models, engine_capacity
+from parley.engines.registry import (
+    build_engine,
+    capabilities,
+    configured_models,
+    engine_capacity,
+)
 from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
 from parley.parsing.pool import ParsePool
@@ -212,6 +217,7 @@ def build_services(
         refusals=Refusals(db, core.finisher, core.moderator),
         archiver=archive,
         handoff=None if made is None else made[1],
+        capabilities=capabilities(settings.engines),
     )
     return _assembled(settings, db, bus, core, submitter, context, archive, models, passwords, made)
 

@@ -264,3 +264,19 @@ async def test_store_needs_a_last_user_message(oai: openai.AsyncOpenAI) -> None:
             extra_body={"store": True},
         )
     assert caught.value.param == "messages"
+
+
+@pytest.mark.parametrize("param", ["top_k", "min_p", "frequency_penalty", "logit_bias"])
+async def test_a_sampling_parameter_the_models_engine_cannot_honour_is_refused(
+    oai: openai.AsyncOpenAI, param: str
+) -> None:
+    """The fake engine declares only the basic parameters (engines/kinds.py): the rest are
+    refused before the run is made, naming the parameter."""
+    value: object = {"7": 1} if param == "logit_bias" else 1
+    with pytest.raises(openai.BadRequestError) as refused:
+        await oai.chat.completions.create(
+            model=FAKE_MODEL, messages=[HELLO], extra_body={param: value}
+        )
+    assert refused.value.body is not None
+    error: dict[str, Any] = refused.value.body  # type: ignore[assignment]
+    assert (error["param"], error["code"]) == (param, "unsupported_parameter")

@@ -121,6 +121,16 @@ def test_a_client_that_leaves_frees_its_slot(server: str) -> None:
         ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model_not_found"),
         ({"model": MODEL, "messages": []}, 400, None),
         (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "frobnicate": 1},
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [{}]},
+            400,
+            "unsupported_parameter",
+        ),
+        (
             {"model": MODEL, "messages": [{"role": "user", "content": "x " * 3000}]},
             400,
             "context_length_exceeded",

@@ -19,7 +19,7 @@ Modes (``POST /v1/chat/completions``):
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests,
 the client port of each (one port per connection) and the Authorization and ``traceparent``
-headers of the last one.
+headers and JSON body of the last one.
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def app(mode: str) -> Starlette:
         "authorization": None,
         "traceparent": None,
         "client_ports": [],  # one per chat request: a new port is a new connection
+        "body": None,  # the last chat request's JSON body
     }
     ports: list[int] = []
 
@@ -116,7 +117,7 @@ def app(mode: str) -> Starlette:
         count["traceparent"] = request.headers.get("traceparent")
         ports.append(request.client.port if request.client else 0)
         count["client_ports"] = ports
-        await request.body()
+        count["body"] = json.loads(await request.body())
         if mode == "error500":
             return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)
         if mode == "reject400":

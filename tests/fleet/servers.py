@@ -106,6 +106,11 @@ class Misbehaving:
         """The client port of each chat request: a new port is a new connection."""
         return [int(p) for p in httpx.get(f"{self.base}/count", timeout=5).json()["client_ports"]]
 
+    def last_body(self) -> dict[str, object]:
+        """The JSON body of the last chat request it received."""
+        body: dict[str, object] = httpx.get(f"{self.base}/count", timeout=5).json()["body"]
+        return body
+
     def authorization(self) -> str | None:
         said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["authorization"]
         return said

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.fleet.conftest import Fleet
+from tests.fleet.conftest import FLEET_MODEL, Fleet
 from tests.fleet.servers import Misbehaving
+from tests.helpers import bearer, new_api_key
 from tests.processes import free_port
 from tests.runs.helpers import send_json, stored_message, wait_run
 from tests.sse import Event, collect
@@ -141,3 +142,27 @@ async def test_whole_answers_give_their_connection_back_for_the_next(
     ports = server.client_ports()
     assert len(ports) == 6
     assert len(set(ports)) <= 3, f"a connection per request: client ports {ports}"
+
+
+async def test_sampling_parameters_reach_the_upstream_as_sent(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    """An openai engine honours every sampling parameter by sending it on (the server
+    decides): /v1's penalties, logit bias and the vendors' top_k and min_p arrive as given."""
+    server = misbehaving("quirky")
+    sent = {
+        "frequency_penalty": 0.5,
+        "presence_penalty": -0.5,
+        "logit_bias": {"42": -100},
+        "top_k": 20,
+        "min_p": 0.05,
+        "top_p": 0.9,
+        "seed": 3,
+    }
+    async with fleet([server.url]) as front:
+        key = await new_api_key(front.client, "program@example.com")
+        body = {"model": FLEET_MODEL, "messages": [{"role": "user", "content": "hi"}], **sent}
+        r = await front.client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert r.status_code == 200, r.text
+    received = server.last_body()
+    assert {k: received.get(k) for k in sent} == sent

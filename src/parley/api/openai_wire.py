@@ -18,6 +18,7 @@ from parley.bus.interface import StreamEntry
 from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, FinishReason, RunStatus
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest, ParleyError, Unavailable
+from parley.openai.params import refusal
 from parley.openai.protocol import (
     DONE,
     AssistantMessage,
@@ -67,22 +68,10 @@ def program_request(body: ChatCompletionRequest) -> ProgramRequest:
 
 
 def _refuse_unsupported(body: ChatCompletionRequest) -> None:
-    if body.n is not None and body.n != 1:
-        raise _unsupported("only n = 1 is supported", "n")
-    if body.tools or body.functions:
-        raise _unsupported("tools and functions are not supported", "tools")
-    if body.logprobs:
-        raise _unsupported("logprobs are not supported", "logprobs")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise _unsupported("only the text response format is supported", "response_format")
-    if any(m.role == "tool" for m in body.messages):
-        raise _unsupported("tool messages are not supported (no tools)", "messages")
-    if len(body.stop_strings) > 4:
-        raise _unsupported("at most 4 stop sequences", "stop")
-
-
-def _unsupported(message: str, param: str) -> InvalidRequest:
-    return InvalidRequest(message, code="unsupported_parameter", param=param)
+    refused = refusal(body)
+    if refused is not None:
+        param, why = refused
+        raise InvalidRequest(why, code="unsupported_parameter", param=param)
 
 
 def completion_id(run_id: str) -> str:

@@ -21,6 +21,7 @@ from parley.engines.prompt_counts import (
     WordCount,
     file_tokenizer_count,
 )
+from parley.engines.sampling import BASIC, EVERY
 from parley.engines.settings import EngineKind, EngineSettings, ModelSettings
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class Capabilities:
     reasoning: bool = False
     vision: bool = False
     logprobs: bool = False
+    # the sampling parameters it honours (``engines/sampling.SamplingParams``' field names)
+    sampling: frozenset[str] = BASIC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +115,7 @@ def builtin_engine(
 BUILTIN = EngineDescriptor(
     kind=EngineKind.BUILTIN,
     summary="parley's own engine: continuous batching, paged KV cache, prefix caching",
-    capabilities=Capabilities(),
+    capabilities=Capabilities(sampling=EVERY),
     in_process=True,
     fleet=False,
     default_model=lambda e: ModelSettings(name=builtin_model_name(e), engine=EngineKind.BUILTIN),
@@ -169,7 +172,7 @@ def upstream_router(model: ModelSettings) -> Engine:
 OPENAI = EngineDescriptor(
     kind=EngineKind.OPENAI,
     summary="a fleet of OpenAI-compatible servers (vLLM, SGLang, llama.cpp, Ollama, hosted)",
-    capabilities=Capabilities(),
+    capabilities=Capabilities(sampling=EVERY),  # sent on as given: the server decides
     in_process=False,
     fleet=True,
     default_model=None,

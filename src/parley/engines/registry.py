@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parley.engines.interface import Engine
-from parley.engines.kinds import described
+from parley.engines.kinds import Capabilities, described
 from parley.engines.prompt_counts import BuiltinFiles
 from parley.engines.settings import EngineSettings, ModelSettings
 
@@ -18,6 +18,11 @@ def model_settings(engines: EngineSettings) -> list[ModelSettings]:
     default = described(engines.kind).default_model
     assert default is not None, "the settings refuse a kind without a default model"
     return [default(engines)]
+
+
+def capabilities(engines: EngineSettings) -> dict[str, Capabilities]:
+    """What each served model's engine can do, by model name."""
+    return {m.name: described(m.engine).capabilities for m in model_settings(engines)}
 
 
 def configured_models(engines: EngineSettings) -> list[str]:

@@ -28,6 +28,21 @@ class SamplingParams(BaseModel):
     )
     seed: int | None = Field(None, description="Sampling made repeatable by this seed.")
     stop: tuple[str, ...] = Field((), description="Strings that end the answer (not kept).")
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = Field(
+        None, description="Less likely the more often a token was said already (OpenAI's)."
+    )
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = Field(
+        None, description="Less likely once a token was said at all (OpenAI's)."
+    )
+    logit_bias: dict[int, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        None, max_length=300, description="Added to the logits of these token ids."
+    )
+    top_k: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Only the k likeliest tokens (vLLM's, llama.cpp's)."
+    )
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Only tokens at least this fraction as likely as the likeliest."
+    )
 
     def to_json(self) -> str:
         """As a run stores it: only what is set."""
@@ -39,3 +54,13 @@ class SamplingParams(BaseModel):
 
 
 GREEDY = SamplingParams(temperature=0.0)
+
+# what every engine honours; an engine kind declares the rest it honours (``engines/kinds.py``)
+BASIC: frozenset[str] = frozenset({"temperature", "top_p", "seed", "stop"})
+EVERY: frozenset[str] = frozenset(SamplingParams.model_fields)
+
+
+def set_fields(params: SamplingParams) -> list[str]:
+    """The parameters a request set (to something other than "not set")."""
+    fields = SamplingParams.model_fields.items()
+    return [name for name, field in fields if getattr(params, name) != field.default]

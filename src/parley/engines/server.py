@@ -41,7 +41,9 @@ from parley.engines.interface import (
     EngineState,
     GenerationRequest,
 )
+from parley.engines.sampling import BASIC, set_fields
 from parley.engines.stats import engine_stats
+from parley.openai.params import refusal
 from parley.openai.protocol import (
     DONE,
     AssistantMessage,
@@ -116,8 +118,10 @@ class EngineServer:
         *,
         default_max_tokens: int = 512,
         categorize: Categorize | None = None,
+        honoured: frozenset[str] = BASIC,
     ) -> None:
         self.engine = engine
+        self.honoured = honoured  # the sampling parameters its engine honours
         self.model = model
         self.default_max_tokens = default_max_tokens
         self.categorize = categorize
@@ -198,6 +202,9 @@ class EngineServer:
         if body.model != self.model:
             message = f"The model `{body.model}` does not exist; this server has `{self.model}`"
             return _error(404, message, "invalid_request_error", "model_not_found")
+        refused = self._refused(body)
+        if refused is not None:
+            return _error(400, refused[1], "invalid_request_error", "unsupported_parameter")
         generation = self._generation(body)
         stream = self._counted(generation)
         try:
@@ -216,6 +223,17 @@ class EngineServer:
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         return await self._whole(generation.request_id, first, stream)
+
+    def _refused(self, body: ChatCompletionRequest) -> tuple[str, str] | None:
+        """A field this server cannot honour, and why (``openai/params.py``; its sampling
+        parameters by its engine kind's capabilities)."""
+        refused = refusal(body)
+        if refused is not None:
+            return refused
+        for name in set_fields(body.sampling_params()):
+            if name not in self.honoured:
+                return name, f"this server's engine cannot honour {name}"
+        return None
 
     # -- generation -----------------------------------------------------------------------
 

@@ -60,7 +60,17 @@ class StreamOptions(_Lenient):
     include_usage: Flag = False
 
 
-class ChatCompletionRequest(_Lenient):
+Bias = Annotated[Number, Field(ge=-100, le=100)]
+TokenId = Annotated[str, Field(pattern=r"^[0-9]{1,9}$")]  # logit_bias's keys
+Penalty = Annotated[Number, Field(ge=-2, le=2)]
+
+
+class ChatCompletionRequest(BaseModel):
+    """Every field of OpenAI's chat-completions request, typed; a field it does not name is
+    kept in ``model_extra`` for the caller to refuse by name (``openai/params.py``)."""
+
+    model_config = ConfigDict(extra="allow")
+
     model: Annotated[str, Field(min_length=1, max_length=200)]
     messages: Annotated[list[WireMessage], Field(min_length=1)]
     max_tokens: Annotated[Integer, Field(gt=0)] | None = None
@@ -74,14 +84,35 @@ class ChatCompletionRequest(_Lenient):
     stream_options: StreamOptions | None = None
     n: Annotated[Integer, Field(ge=1)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    logit_bias: Annotated[dict[TokenId, Bias], Field(max_length=300)] | None = None
+    # vLLM's and llama.cpp's extras
+    top_k: Annotated[Integer, Field(ge=-1)] | None = None
+    min_p: Annotated[Number, Field(ge=0, le=1)] | None = None
     # parley's /v1: keep the conversation and its answer as a chat of the caller's
     store: Flag = False
-    # what parley cannot honour, named so that a request asking for it is refused, not
-    # silently served without it
+    # fields parley does not honour yet: named, so that a request setting one is refused
+    # with its name (openai/params.py), never served without it
     tools: list[object] | None = None
+    tool_choice: str | dict[str, object] | None = None
+    parallel_tool_calls: Flag | None = None
     functions: list[object] | None = None
+    function_call: str | dict[str, object] | None = None
     logprobs: Flag | None = None
+    top_logprobs: Integer | None = None
     response_format: dict[str, object] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, object] | None = None
+    prediction: dict[str, object] | None = None
+    web_search_options: dict[str, object] | None = None
+    service_tier: str | None = None
+    metadata: dict[str, object] | None = None
+    prompt_cache_key: str | None = None
+    chat_template_kwargs: dict[str, object] | None = None
 
     @property
     def stop_strings(self) -> list[str]:
@@ -101,6 +132,11 @@ class ChatCompletionRequest(_Lenient):
             top_p=self.top_p,
             seed=self.seed,
             stop=tuple(self.stop_strings),
+            frequency_penalty=self.frequency_penalty or None,
+            presence_penalty=self.presence_penalty or None,
+            logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()} or None,
+            top_k=None if self.top_k in (None, -1, 0) else self.top_k,
+            min_p=self.min_p or None,
         )
 
 

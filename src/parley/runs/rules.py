@@ -4,12 +4,15 @@ goes on the chat's tree (after the branch shown, or in place of an edited messag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.principal import Principal
 from parley.domain import MessageRole
+from parley.engines.kinds import Capabilities
+from parley.engines.sampling import SamplingParams, set_fields
 from parley.errors import PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
 from parley.qos.settings import QosSettings
@@ -23,10 +26,28 @@ from parley.tiers import TierSettings
 class Rules:
     """The checks of a request against the settings and the models served."""
 
-    def __init__(self, qos: QosSettings, runs: RunSettings, models: list[str]) -> None:
+    def __init__(
+        self,
+        qos: QosSettings,
+        runs: RunSettings,
+        models: list[str],
+        capabilities: Mapping[str, Capabilities] | None = None,
+    ) -> None:
         self._settings = qos
         self._runs = runs
         self._models = models
+        self._capabilities = capabilities or {}
+
+    def check_sampling(self, model: str, sampling: SamplingParams) -> None:
+        """A sampling parameter the model's engine cannot honour is refused, named."""
+        honoured = self._capabilities.get(model, Capabilities()).sampling
+        for name in set_fields(sampling):
+            if name not in honoured:
+                raise ValidationFailed(
+                    f"model {quoted(model)} cannot honour {name}",
+                    code="unsupported_parameter",
+                    param=name,
+                )
 
     def validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None

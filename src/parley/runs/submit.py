@@ -9,7 +9,7 @@ gives its reservation back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Protocol
@@ -23,6 +23,7 @@ from parley.bus.interface import Bus, QueuedRun, QueueFull
 from parley.context.prompts import ChatContext
 from parley.domain import MessageRole, RunSource, utcnow
 from parley.engines.interface import ChatMessage
+from parley.engines.kinds import Capabilities
 from parley.errors import (
     BudgetExhausted,
     Overloaded,
@@ -85,6 +86,7 @@ class Submitter:
         refusals: Refusals | None = None,
         archiver: Archiver | None = None,
         handoff: Handoff | None = None,
+        capabilities: Mapping[str, Capabilities] | None = None,
     ) -> None:
         """``refusals``: prompts go through the tier's input classifiers before admission;
         ``archiver``: a message to an archived chat brings the chat back first;
@@ -100,7 +102,7 @@ class Submitter:
         self._settings = runs
         self._qos = qos
         self._models = models
-        self.rules = Rules(qos, runs, models)
+        self.rules = Rules(qos, runs, models, capabilities)
         self._handoff = handoff
         self._archiver = archiver
 
@@ -131,11 +133,13 @@ class Submitter:
         for i, message in enumerate(req.input.messages):
             self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
+        model = self.rules.check_model(who.tier, tier, req.model)
+        self.rules.check_sampling(model, req.sampling)
         new = new_runs.NewRun(
             user_id=who.user_id,
             chat_id=None,
             content="",
-            model=self.rules.check_model(who.tier, tier, req.model),
+            model=model,
             tier=who.tier,
             priority=tier.priority,
             max_tokens=self.rules.max_tokens(who.tier, tier, req.max_tokens),

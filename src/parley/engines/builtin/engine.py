@@ -32,9 +32,11 @@ from parley.engines.interface import (
     Delta,
     EngineError,
     EngineFailed,
+    EngineRefusedRequest,
     EngineState,
     GenerationRequest,
 )
+from parley.engines.sampling import SamplingParams
 
 DEFAULT_TEMPERATURE = 0.7
 
@@ -61,6 +63,7 @@ class BuiltinEngine:
         self.name = loaded.name
         self.tokenizer: TextTokenizer = loaded.tokenizer
         self.context_window = loaded.config.max_position_embeddings
+        self.vocab_size = loaded.config.vocab_size
         device = torch.device(
             self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         )
@@ -113,6 +116,34 @@ class BuiltinEngine:
             )
         return min(max_tokens, room)
 
+    def _resolved(self, sampling: SamplingParams, max_tokens: int) -> SequenceSampling:
+        """A request's sampling with the engine's defaults filled in."""
+        temperature = sampling.temperature
+        return SequenceSampling(
+            max_tokens=max_tokens,
+            temperature=DEFAULT_TEMPERATURE if temperature is None else temperature,
+            top_p=1.0 if sampling.top_p is None else sampling.top_p,
+            seed=sampling.seed,
+            stop=sampling.stop,
+            frequency_penalty=sampling.frequency_penalty or 0.0,
+            presence_penalty=sampling.presence_penalty or 0.0,
+            logit_bias=self._bias(sampling.logit_bias),
+            top_k=sampling.top_k or 0,
+            min_p=sampling.min_p or 0.0,
+        )
+
+    def _bias(self, bias: dict[int, float] | None) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as the sampler takes it; a token id past the vocabulary is refused."""
+        if not bias:
+            return ()
+        wrong = [token for token in bias if not 0 <= token < self.vocab_size]
+        if wrong:
+            raise EngineRefusedRequest(
+                f"logit_bias names token {wrong[0]}; model {self.name!r} has tokens 0 to "
+                f"{self.vocab_size - 1}"
+            )
+        return tuple(bias.items())
+
     def count_prompt_tokens(self, model: str, messages: list[ChatMessage]) -> int:
         return len(self.prompt_ids(messages))
 
@@ -127,19 +158,11 @@ class BuiltinEngine:
         self._ensure_started()
         if self.state() is EngineState.FAILED:
             raise EngineFailed("the engine failed and could not restart")
-        sampling = request.sampling
-        temperature = DEFAULT_TEMPERATURE if sampling.temperature is None else sampling.temperature
         prompt = await self._prompt(request.messages)
         seq = Sequence(
             seq_id=request.request_id,
             prompt=prompt,
-            params=SequenceSampling(
-                max_tokens=self._room(len(prompt), request.max_tokens),
-                temperature=temperature,
-                top_p=1.0 if sampling.top_p is None else sampling.top_p,
-                seed=sampling.seed,
-                stop=sampling.stop,
-            ),
+            params=self._resolved(request.sampling, self._room(len(prompt), request.max_tokens)),
             priority=request.priority,
         )
         queue: asyncio.Queue[Delta | EngineError] = asyncio.Queue()

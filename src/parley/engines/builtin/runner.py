@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from parley.engines.builtin.block_manager import BlockManager
+from parley.engines.builtin.logits import shape_logits
 from parley.engines.builtin.model import (
     BatchLayout,
     KVCache,
@@ -44,6 +45,7 @@ class ModelRunner:
         return self.model(input_ids, layout, self.kv_cache)
 
     def sample(self, logits: Tensor, seqs: list[Sequence]) -> list[int]:
+        shape_logits(logits, seqs)
         gens = [self.generators.get(s.seq_id) for s in seqs]
         return sample_batch(logits, [s.params for s in seqs], gens)
 

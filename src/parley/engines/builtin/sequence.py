@@ -27,6 +27,23 @@ class SequenceSampling:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    top_k: int = 0  # 0: no cut
+    min_p: float = 0.0
+
+    @property
+    def shapes_logits(self) -> bool:
+        """Whether anything but temperature and top-p acts on the logits
+        (``builtin/logits.py``)."""
+        return bool(
+            self.frequency_penalty
+            or self.presence_penalty
+            or self.logit_bias
+            or self.top_k
+            or self.min_p
+        )
 
 
 @dataclass(eq=False, slots=True)
