@@ -18,12 +18,13 @@ from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
 from parley.capacity.cli import add_capacity_parser
 from parley.config import Settings, load_settings
-from parley.engines.kinds import KINDS
+from parley.engines.kinds import KINDS, EngineDescriptor
 from parley.engines.settings import EngineKind
 from parley.errors import ConfigurationError
 from parley.safety.admin import add_runs_parser
 
 if TYPE_CHECKING:
+    from parley.engines.server import EngineServer
     from parley.observability.server import MetricsServer
     from parley.services import Services
     from parley.supervision import Supervisor
@@ -237,25 +238,13 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from parley.engines.kinds import described
-    from parley.engines.prompt_counts import BuiltinFiles
-    from parley.engines.server import EngineServer
-    from parley.safety.rules import RuleSet
     from parley.supervision import Supervisor
 
     kind = described(settings.engines.kind)
     if not kind.in_process or kind.default_model is None:
         return _fail(f"parley engine serve runs an engine of its own, not {kind.kind.value}")
-    model = kind.default_model(settings.engines)
-    name = args.served_model_name or model.name
-    files = BuiltinFiles(settings.engines.builtin.model)
-    engine = kind.build(model.model_copy(update={"name": name}), settings.engines, files)
-    server = EngineServer(
-        engine,
-        name,
-        default_max_tokens=settings.qos.default_max_tokens,
-        honoured=kind.capabilities.sampling,
-    )
-    server.categorize = RuleSet("rules", settings.safety.rules()).categories_of  # /v1/moderations
+    server = _engine_server(kind, args.served_model_name, settings)
+    engine, name = server.engine, server.model
     config = uvicorn.Config(
         server.app(),
         host=settings.http.host,
@@ -273,6 +262,26 @@ async def _engine_serve(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         await supervisor.close()
     return _exit_code(supervisor)
+
+
+def _engine_server(kind: EngineDescriptor, name: str | None, settings: Settings) -> EngineServer:
+    """The kind's engine, built for its default model (named ``name`` if given), served."""
+    from parley.engines.prompt_counts import BuiltinFiles
+    from parley.engines.server import EngineServer
+    from parley.safety.rules import RuleSet
+
+    assert kind.default_model is not None
+    model = kind.default_model(settings.engines)
+    model = model.model_copy(update={"name": name or model.name})
+    files = BuiltinFiles(settings.engines.builtin.model)
+    server = EngineServer(
+        kind.build(model, settings.engines, files),
+        model.name,
+        default_max_tokens=settings.qos.default_max_tokens,
+        capabilities=kind.capabilities,
+    )
+    server.categorize = RuleSet("rules", settings.safety.rules()).categories_of  # /v1/moderations
+    return server
 
 
 def _freeze_startup_objects() -> None:

@@ -42,6 +42,7 @@ class FinishReason(StrEnum):
     CANCELLED = "cancelled"
     ERROR = "error"
     CONTENT_FILTER = "content_filter"
+    TOOL_CALLS = "tool_calls"  # the model called tools: their results make the next turn
 
 
 class RunStatus(StrEnum):

@@ -57,6 +57,22 @@ async def test_lists_the_models(oai: openai.AsyncOpenAI) -> None:
     page = await oai.models.list()
     assert [m.id for m in page.data] == [FAKE_MODEL]
     assert page.data[0].object == "model"
+    said = page.data[0].model_extra or {}
+    assert said["capabilities"] == {
+        "tools": False,
+        "structured_output": False,
+        "reasoning": False,
+        "vision": False,
+        "logprobs": False,
+    }
+    assert said["context_window"] == 8192  # the fake engine's
+
+
+async def test_one_model_is_retrieved_and_another_is_404(oai: openai.AsyncOpenAI) -> None:
+    model = await oai.models.retrieve(FAKE_MODEL)
+    assert model.id == FAKE_MODEL and (model.model_extra or {})["context_window"] == 8192
+    with pytest.raises(openai.NotFoundError):
+        await oai.models.retrieve("nope")
 
 
 async def test_a_whole_completion_is_a_run_without_a_chat(

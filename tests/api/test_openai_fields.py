@@ -163,6 +163,25 @@ async def _store(post: Post) -> None:
     assert r.status_code == 200  # kept as a chat of the caller's (tests/api/test_openai.py)
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+async def _response_format(post: Post) -> None:
+    """Under a grammar, even the tiny random model answers JSON for the schema."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    person = json.loads(text(await post(response_format=fmt, max_tokens=200)))
+    assert set(person) == {"name", "age"} and isinstance(person["age"], int)
+    assert len(person["name"]) <= 6
+    anything = json.loads(text(await post(response_format={"type": "json_object"}, max_tokens=200)))
+    assert isinstance(anything, dict)
+    assert text(await post(response_format={"type": "text"})) == text(await post())
+
+
 async def _identifiers(post: Post) -> None:
     # OpenAI's end-user identifiers, for its abuse monitoring: accepted, parley's own
     # accounting is by API key
@@ -188,10 +207,13 @@ HONOURED: dict[str, Callable[[Post], Awaitable[None]]] = {
     "n": _n,
     "store": _store,
     "user": _identifiers,
+    "response_format": _response_format,
     "safety_identifier": _identifiers,
 }
 
-# refused: a value that asks for what parley does not do (yet)
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
+
+# refused: a value that asks for what parley does not do (yet), or the built-in engine
 REFUSED: dict[str, Any] = {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
     "tool_choice": "auto",
@@ -200,7 +222,6 @@ REFUSED: dict[str, Any] = {
     "function_call": "auto",
     "logprobs": True,
     "top_logprobs": 2,
-    "response_format": {"type": "json_object"},
     "reasoning_effort": "low",
     "verbosity": "low",
     "modalities": ["text", "audio"],
@@ -241,7 +262,14 @@ async def test_a_field_parley_cannot_honour_is_refused_by_name(post: Post, field
         ({"repetition_penalty": 1.1}, "repetition_penalty"),  # a vendor's, not honoured
         ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
         ({"n": 2}, "n"),
-        ({"messages": [{"role": "tool", "content": "x", "tool_call_id": "c"}]}, "messages.0.role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id"),
+        ({"messages": [{"role": "user", "content": "x", "name": "ada"}]}, "messages.0.name"),
+        ({"messages": [{"role": "user", "content": "x", "weight": 1}]}, "messages.0.weight"),
+        ({"tools": [TOOL, TOOL]}, "tools"),  # one name twice
+        (
+            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+            "tool_choice",
+        ),
     ],
 )
 async def test_what_openai_refuses_too_is_refused_by_name(

@@ -72,6 +72,8 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
         "share_id": share["id"],
         "attachment_id": upload.json()["id"],
         "token": share["url"].removeprefix("/s/"),
+        # models are the service's, not a user's: one no tier may use is everyone's 404
+        "model_id": "no-such-model",
     }
 
 

@@ -15,7 +15,8 @@ Modes (``POST /v1/chat/completions``):
   ``id:`` lines, a role-only first chunk, ``reasoning_content`` and ``logprobs`` fields,
   ``usage: null`` on every chunk, chunks of several tokens, the finish reason on its own
   chunk, then a usage chunk (prompt 21 of which 16 cached, completion 7) and ``[DONE]``;
-* ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``.
+* ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``;
+* the streams of ``tests.fleet.scripted`` (tool calls, reasoning), by their names.
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests,
 the client port of each (one port per connection) and the Authorization and ``traceparent``
@@ -35,6 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fleet.scripted import SCRIPTS
+
 MODES = (
     "error500",
     "reject400",
@@ -45,6 +48,7 @@ MODES = (
     "silent",
     "quirky",
     "no-usage",
+    *SCRIPTS,
 )
 FIRST = "Hello"
 
@@ -134,6 +138,8 @@ def app(mode: str) -> Starlette:
             return StreamingResponse(quirky(), media_type="text/event-stream")
         if mode == "no-usage":
             return StreamingResponse(no_usage(), media_type="text/event-stream")
+        if mode in SCRIPTS:
+            return StreamingResponse(SCRIPTS[mode](), media_type="text/event-stream")
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     async def models(_: Request) -> Response:

@@ -106,9 +106,9 @@ class Misbehaving:
         """The client port of each chat request: a new port is a new connection."""
         return [int(p) for p in httpx.get(f"{self.base}/count", timeout=5).json()["client_ports"]]
 
-    def last_body(self) -> dict[str, object]:
+    def last_body(self) -> dict[str, Any]:
         """The JSON body of the last chat request it received."""
-        body: dict[str, object] = httpx.get(f"{self.base}/count", timeout=5).json()["body"]
+        body: dict[str, Any] = httpx.get(f"{self.base}/count", timeout=5).json()["body"]
         return body
 
     def authorization(self) -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from parley.bus.interface import StreamEntry
 from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, FinishReason, RunStatus
 from parley.engines.interface import ChatMessage
+from parley.engines.tools import ToolCall, ToolCallDelta, assembled
 from parley.errors import InvalidRequest, ParleyError, Unavailable
 from parley.openai.params import refusal
 from parley.openai.protocol import (
@@ -34,7 +35,9 @@ from parley.runs.events import (
     DoneEvent,
     ErrorEvent,
     Ping,
+    ReasoningEvent,
     StreamEvent,
+    ToolCallEvent,
     decode,
 )
 from parley.runs.inputs import RunInput
@@ -57,9 +60,13 @@ def program_request(body: ChatCompletionRequest) -> ProgramRequest:
                 code="unsupported_content",
                 param=f"messages.{i}.content",
             )
-        messages.append(ChatMessage("system" if m.role == "developer" else m.role, m.text))
+        role = "system" if m.role == "developer" else m.role
+        calls = tuple(
+            ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ()
+        )
+        messages.append(ChatMessage(role, m.text, calls, m.tool_call_id))
     return ProgramRequest(
-        input=RunInput(messages),
+        input=RunInput(messages, output=body.output_spec()),
         model=body.model,
         max_tokens=body.output_limit,
         sampling=body.sampling_params(),
@@ -83,6 +90,8 @@ class Answer:
     """What a run's stream told, read to its ``done``."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[ToolCallDelta] = field(default_factory=list)
     finish_reason: str | None = None
     usage: CompletionUsage = field(default_factory=CompletionUsage)
     error: ParleyError | None = None
@@ -98,6 +107,10 @@ class Answer:
                 if replace:
                     self.text.clear()
                 self.text.append(text)
+            case ReasoningEvent(text=text):
+                self.reasoning.append(text)
+            case ToolCallEvent(index=index, id=id_, name=name, arguments=arguments):
+                self.calls.append(ToolCallDelta(index, id_, name, arguments))
             case ErrorEvent(code=code) if code in MODERATED:
                 pass  # an answer moderation stopped ends as OpenAI's do: "content_filter"
             case ErrorEvent(code=code, message=message):
@@ -141,13 +154,18 @@ def completion(run_id: str, model: str, created: int, answer: Answer) -> ChatCom
         id=completion_id(run_id),
         created=created,
         model=model,
-        choices=[
-            CompletionChoice(
-                message=AssistantMessage(content="".join(answer.text)),
-                finish_reason=answer.finish_reason,
-            )
-        ],
+        choices=[CompletionChoice(message=message(answer), finish_reason=answer.finish_reason)],
         usage=answer.usage,
+    )
+
+
+def message(answer: Answer) -> AssistantMessage:
+    """The whole answer: its text (None when it only calls tools), its reasoning, its calls."""
+    text, calls = "".join(answer.text), assembled(answer.calls)
+    return AssistantMessage(
+        content=text if text or not calls else None,
+        reasoning_content="".join(answer.reasoning) or None,
+        tool_calls=[c.wire() for c in calls] or None,
     )
 
 
@@ -174,6 +192,28 @@ class ChunkWriter:
             '[{"index":0,"delta":{"content":'
             + json.dumps(text, ensure_ascii=False)
             + '},"finish_reason":null}]'
+        )
+
+    def reasoning(self, text: str) -> bytes:
+        return self._event(
+            '[{"index":0,"delta":{"reasoning_content":'
+            + json.dumps(text, ensure_ascii=False)
+            + '},"finish_reason":null}]'
+        )
+
+    def tool_call(self, call: ToolCallEvent) -> bytes:
+        """A call's fragment in OpenAI's shape: index, then id, type and name on the first,
+        then pieces of the arguments."""
+        piece: dict[str, object] = {"index": call.index}
+        function: dict[str, object] = {"arguments": call.arguments}
+        if call.id is not None:
+            piece.update(id=call.id, type="function")
+        if call.name is not None:
+            function = {"name": call.name, **function}
+        piece["function"] = function
+        calls = json.dumps([piece], ensure_ascii=False)
+        return self._event(
+            '[{"index":0,"delta":{"tool_calls":' + calls + '},"finish_reason":null}]'
         )
 
     def end(self, answer: Answer) -> bytes:

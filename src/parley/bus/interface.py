@@ -16,6 +16,8 @@ class EventKind(StrEnum):
 
     STATUS = "status"
     DELTA = "delta"
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
     ERROR = "error"
     DONE = "done"
 

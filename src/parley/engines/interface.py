@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-# the engines give the first three of the one enum of reasons (stop, length, abort)
+# the engines give the first three of the one enum of reasons (stop, length, abort), and
+# tool_calls
 from parley.domain import FinishReason as FinishReason
 from parley.engines.sampling import SamplingParams
+from parley.engines.tools import OutputSpec, ToolCall, ToolCallDelta, merged
 
 
 class EngineState(StrEnum):
@@ -34,6 +36,10 @@ class EngineState(StrEnum):
 class ChatMessage:
     role: str
     content: str
+    # an assistant's calls (a conversation carries them back), or the call a tool message
+    # answers
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +52,36 @@ class GenerationRequest:
     priority: int = 0
     # what keeps a conversation on one replica (its prefix stays cached there): the chat id
     affinity_key: str | None = None
+    # tools offered, a response format, a reasoning effort (an engine that can do them)
+    output: OutputSpec = field(default_factory=OutputSpec)
 
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """New text and the number of output tokens it holds; the last one has a finish_reason."""
+    """New text and the number of output tokens it holds; the last one has a finish_reason.
+    A model that reasons says so apart from its answer (``reasoning``), and a model that
+    calls tools streams its calls in fragments (``tool_calls``)."""
 
     text: str
     tokens: int
     finish_reason: FinishReason | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+
+
+def joined_deltas(deltas: list[Delta]) -> Delta:
+    """Deltas (no finish among them) as one: texts, reasoning and call fragments each in
+    their order (a reasoning model reasons before it answers; calls come after text)."""
+    if len(deltas) == 1:
+        return deltas[0]
+    return Delta(
+        "".join(d.text for d in deltas),
+        sum(d.tokens for d in deltas),
+        reasoning="".join(d.reasoning for d in deltas),
+        tool_calls=merged([c for d in deltas for c in d.tool_calls]),
+    )
 
 
 class EngineError(Exception):

@@ -21,8 +21,9 @@ from parley.engines.prompt_counts import (
     WordCount,
     file_tokenizer_count,
 )
-from parley.engines.sampling import BASIC, EVERY
+from parley.engines.sampling import BASIC, EVERY, SamplingParams, set_fields
 from parley.engines.settings import EngineKind, EngineSettings, ModelSettings
+from parley.engines.tools import OutputSpec
 
 if TYPE_CHECKING:
     from parley.engines.fake import FakeEngine
@@ -43,6 +44,22 @@ class Capabilities:
     logprobs: bool = False
     # the sampling parameters it honours (``engines/sampling.SamplingParams``' field names)
     sampling: frozenset[str] = BASIC
+
+
+def unable(
+    can: Capabilities, sampling: SamplingParams, output: OutputSpec, *, calls: bool
+) -> str | None:
+    """The first parameter a request sets that an engine able to do ``can`` cannot honour
+    (``calls``: its conversation holds tool calls or results); None if it can do them all."""
+    for name in set_fields(sampling):
+        if name not in can.sampling:
+            return name
+    asked = [
+        ("tools", output.tools is not None or calls, can.tools),
+        ("response_format", output.response_format is not None, can.structured_output),
+        ("reasoning_effort", output.reasoning_effort is not None, can.reasoning),
+    ]
+    return next((param for param, wanted, able in asked if wanted and not able), None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +132,8 @@ def builtin_engine(
 BUILTIN = EngineDescriptor(
     kind=EngineKind.BUILTIN,
     summary="parley's own engine: continuous batching, paged KV cache, prefix caching",
-    capabilities=Capabilities(sampling=EVERY),
+    # decodes under a JSON schema (builtin/grammar.py); tools come with issue 42's next part
+    capabilities=Capabilities(structured_output=True, sampling=EVERY),
     in_process=True,
     fleet=False,
     default_model=lambda e: ModelSettings(name=builtin_model_name(e), engine=EngineKind.BUILTIN),
@@ -172,7 +190,8 @@ def upstream_router(model: ModelSettings) -> Engine:
 OPENAI = EngineDescriptor(
     kind=EngineKind.OPENAI,
     summary="a fleet of OpenAI-compatible servers (vLLM, SGLang, llama.cpp, Ollama, hosted)",
-    capabilities=Capabilities(sampling=EVERY),  # sent on as given: the server decides
+    # sent on as given (the server decides): sampling, tools; its reasoning is streamed
+    capabilities=Capabilities(tools=True, structured_output=True, reasoning=True, sampling=EVERY),
     in_process=False,
     fleet=True,
     default_model=None,

@@ -41,7 +41,7 @@ from parley.engines.interface import (
     EngineState,
     GenerationRequest,
 )
-from parley.engines.sampling import BASIC, set_fields
+from parley.engines.kinds import Capabilities, unable
 from parley.engines.stats import engine_stats
 from parley.openai.params import refusal
 from parley.openai.protocol import (
@@ -118,10 +118,10 @@ class EngineServer:
         *,
         default_max_tokens: int = 512,
         categorize: Categorize | None = None,
-        honoured: frozenset[str] = BASIC,
+        capabilities: Capabilities | None = None,
     ) -> None:
         self.engine = engine
-        self.honoured = honoured  # the sampling parameters its engine honours
+        self.capabilities = capabilities or Capabilities()  # what its engine can do
         self.model = model
         self.default_max_tokens = default_max_tokens
         self.categorize = categorize
@@ -230,10 +230,9 @@ class EngineServer:
         refused = refusal(body)
         if refused is not None:
             return refused
-        for name in set_fields(body.sampling_params()):
-            if name not in self.honoured:
-                return name, f"this server's engine cannot honour {name}"
-        return None
+        calls = any(m.tool_calls or m.role == "tool" for m in body.messages)
+        param = unable(self.capabilities, body.sampling_params(), body.output_spec(), calls=calls)
+        return None if param is None else (param, f"this server's engine cannot honour {param}")
 
     # -- generation -----------------------------------------------------------------------
 

@@ -164,12 +164,13 @@ class UpstreamEngine:
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "messages": [_message(m) for m in request.messages],
             "max_tokens": request.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         body.update(request.sampling.model_dump(exclude_defaults=True))  # what is set
+        body.update(request.output.wire())  # tools, response format, reasoning effort
         return body
 
     async def _open(
@@ -227,6 +228,17 @@ class UpstreamEngine:
         if _is_context_length(message, raw):
             return ContextLengthExceeded(f"the upstream refused the prompt: {message}")
         return UpstreamRejected(f"the upstream refused the request ({status}): {message}")
+
+
+def _message(m: ChatMessage) -> dict[str, Any]:
+    """A message as OpenAI's wire has it: an assistant's calls, a tool's answer."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [call.wire() for call in m.tool_calls]
+        out["content"] = m.content or None
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
 async def _discard(sending: asyncio.Future[httpx.Response]) -> None:

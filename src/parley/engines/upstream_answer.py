@@ -22,11 +22,18 @@ from parley.engines.interface import (
     EngineUnavailable,
     FinishReason,
     UpstreamBroken,
+    joined_deltas,
 )
 from parley.engines.settings import UpstreamSettings
-from parley.openai.protocol import DONE, ChatCompletionChunk, error_message
+from parley.engines.tools import ToolCallDelta
+from parley.openai.protocol import DONE, ChatCompletionChunk, ChunkDelta, error_message
 
-_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "abort": FinishReason.ABORT,
+    "tool_calls": FinishReason.TOOL_CALLS,
+}
 
 
 class End:
@@ -111,21 +118,17 @@ class AnswerReader:
         """The content of the lines before the first item that is not a line (or a line
         that is broken), as one delta, and that item (the end, an abort, what broke the
         stream, or the line's EngineError), if any."""
-        texts: list[str] = []
-        tokens = 0
+        read: list[Delta] = []
         for item in items:
             if not isinstance(item, str):
-                return _joined(texts, tokens), item
+                return joined(read), item
             if tally.done:
                 continue  # nothing after [DONE] counts
             try:
-                deltas = self._read_line(item, tally)
+                read.extend(self._read_line(item, tally))
             except EngineError as e:  # what came before the broken line is still sent
-                return _joined(texts, tokens), e
-            for delta in deltas:
-                texts.append(delta.text)
-                tokens += delta.tokens
-        return _joined(texts, tokens), None
+                return joined(read), e
+        return joined(read), None
 
     def _read_line(self, line: str, tally: _Tally) -> list[Delta]:
         """The deltas of one SSE line (none for comments, other fields and bookkeeping)."""
@@ -145,10 +148,10 @@ class AnswerReader:
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
-            text = choice.delta.content or ""
-            if text:
+            delta = _delta(choice.delta)
+            if delta is not None:  # the first of reasoning, text or a call starts the answer
                 tally.tokens += 1
-                out.append(Delta(text, 1))
+                out.append(delta)
             if choice.finish_reason:
                 tally.finish = _FINISH.get(choice.finish_reason, FinishReason.STOP)
         return out
@@ -195,8 +198,27 @@ class AnswerReader:
         )
 
 
-def _joined(texts: list[str], tokens: int) -> Delta | None:
-    return Delta("".join(texts), tokens) if texts else None
+def _delta(chunk: ChunkDelta) -> Delta | None:
+    """One chunk's content, reasoning and call fragments as a delta of one token; None when
+    it carries none (a role-only chunk, a finish or usage chunk)."""
+    calls = tuple(
+        ToolCallDelta(
+            c.index,
+            c.id,
+            c.function.name if c.function else None,
+            (c.function.arguments or "") if c.function else "",
+        )
+        for c in chunk.tool_calls or ()
+    )
+    text, reasoning = chunk.content or "", chunk.reasoning_text
+    if not (text or reasoning or calls):
+        return None
+    return Delta(text, 1, reasoning=reasoning, tool_calls=calls)
+
+
+def joined(read: list[Delta]) -> Delta | None:
+    """Several deltas that arrived together as one (``interface.joined``); None for none."""
+    return joined_deltas(read) if read else None
 
 
 async def pump_lines(response: httpx.Response, lines: asyncio.Queue[Item]) -> None:

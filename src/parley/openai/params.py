@@ -2,10 +2,11 @@
 400 naming it, never dropped.
 
 ``refusal(body)`` holds for every engine: a field OpenAI's API does not have, a field parley
-does not honour yet (tools, structured output, logprobs, audio …, each named in
-``NOT_YET``), and combinations OpenAI refuses too (``stream_options`` without ``stream``).
-Sampling parameters are honoured per engine kind (``engines/kinds.Capabilities.sampling``):
-``runs/rules.Rules.check_sampling`` refuses one that the model's engine cannot honour.
+does not honour yet (structured output, logprobs, audio …, each named in ``NOT_YET``), and
+combinations OpenAI refuses too (``stream_options`` without ``stream``, a tool message that
+names no call). Sampling parameters and tools are honoured per engine kind
+(``engines/kinds.Capabilities``): ``runs/rules.Rules`` refuses what the model's engine
+cannot do.
 """
 
 from __future__ import annotations
@@ -23,16 +24,10 @@ def _set(name: str) -> Check:
 
 # field -> (whether the request asks for what parley cannot do yet, why)
 NOT_YET: dict[str, tuple[Check, str]] = {
-    "tools": (lambda b: bool(b.tools), "tools are not supported yet"),
     "functions": (lambda b: bool(b.functions), "functions are not supported yet"),
     "function_call": (_set("function_call"), "function_call is not supported yet"),
     "logprobs": (lambda b: bool(b.logprobs), "logprobs are not supported yet"),
     "top_logprobs": (_set("top_logprobs"), "top_logprobs are not supported yet"),
-    "response_format": (
-        lambda b: b.response_format is not None and b.response_format.get("type") != "text",
-        "only the text response format is supported yet",
-    ),
-    "reasoning_effort": (_set("reasoning_effort"), "reasoning_effort is not supported yet"),
     "verbosity": (_set("verbosity"), "verbosity is not supported"),
     "modalities": (
         lambda b: b.modalities is not None and b.modalities != ["text"],
@@ -61,7 +56,7 @@ def refusal(body: ChatCompletionRequest) -> tuple[str, str] | None:
     for name, (asks, why) in NOT_YET.items():
         if asks(body):
             return name, why
-    return _combination(body)
+    return _combination(body) or _tools(body) or _messages(body)
 
 
 def _combination(body: ChatCompletionRequest) -> tuple[str, str] | None:
@@ -69,12 +64,37 @@ def _combination(body: ChatCompletionRequest) -> tuple[str, str] | None:
         return "n", "only n = 1 is supported"
     if body.stream_options is not None and not body.stream:
         return "stream_options", "stream_options is only allowed when stream is true"
+    if len(body.stop_strings) > 4:
+        return "stop", "at most 4 stop sequences"
+    return None
+
+
+def _tools(body: ChatCompletionRequest) -> tuple[str, str] | None:
     if (body.tool_choice is not None or body.parallel_tool_calls is not None) and not body.tools:
         param = "tool_choice" if body.tool_choice is not None else "parallel_tool_calls"
         return param, f"{param} is only allowed when tools are given"
-    if len(body.stop_strings) > 4:
-        return "stop", "at most 4 stop sequences"
+    names = [t.function.name for t in body.tools or ()]
+    if len(set(names)) != len(names):
+        return "tools", "two tools have one name"
+    choice = body.tool_choice
+    if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
+        return "tool_choice", f"tool_choice names {choice.function.name!r}, which is not a tool"
+    if body.store and body.tools:
+        return "store", "a conversation with tools cannot be kept as a chat yet"
+    return None
+
+
+def _messages(body: ChatCompletionRequest) -> tuple[str, str] | None:
+    """Each message's fields: those OpenAI's API has, where it has them."""
     for i, m in enumerate(body.messages):
-        if m.role == "tool":
-            return f"messages.{i}.role", "tool messages need tools, not supported yet"
+        for name in m.model_extra or {}:
+            return f"messages.{i}.{name}", f"Unrecognized message field: {name}"
+        if m.name is not None:
+            return f"messages.{i}.name", "message names are not supported"
+        if m.refusal is not None:
+            return f"messages.{i}.refusal", "an earlier refusal cannot be sent back"
+        if m.tool_calls and m.role != "assistant":
+            return f"messages.{i}.tool_calls", "only an assistant message carries tool calls"
+        if (m.role == "tool") != (m.tool_call_id is not None):
+            return f"messages.{i}.tool_call_id", "a tool message, and only one, names its call"
     return None

@@ -16,6 +16,15 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.engines.sampling import SamplingParams
+from parley.engines.tools import (
+    Effort,
+    FunctionName,
+    OutputSpec,
+    ResponseFormat,
+    ToolChoice,
+    ToolSpec,
+    ToolUse,
+)
 from parley.json_types import Flag, Integer, Number
 
 Role = Literal["system", "user", "assistant", "developer", "tool"]
@@ -35,9 +44,32 @@ class ContentPart(_Lenient):
     text: str | None = None
 
 
-class WireMessage(_Lenient):
+class WireFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: FunctionName
+    arguments: str
+
+
+class WireToolCall(BaseModel):
+    """A call an assistant message carries back (the model made it in an earlier turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    type: Literal["function"] = "function"
+    function: WireFunction
+
+
+class WireMessage(BaseModel):
+    """One message of a request; a field it does not name is kept in ``model_extra`` and
+    refused by name (``openai/params.py``)."""
+
+    model_config = ConfigDict(extra="allow")
     role: Role
     content: str | list[ContentPart] | None = ""
+    name: str | None = None
+    tool_calls: Annotated[list[WireToolCall], Field(max_length=128)] | None = None
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    refusal: str | None = None
 
     @property
     def text(self) -> str:
@@ -95,15 +127,15 @@ class ChatCompletionRequest(BaseModel):
     store: Flag = False
     # fields parley does not honour yet: named, so that a request setting one is refused
     # with its name (openai/params.py), never served without it
-    tools: list[object] | None = None
-    tool_choice: str | dict[str, object] | None = None
+    tools: Annotated[list[ToolSpec], Field(min_length=1, max_length=128)] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: Flag | None = None
     functions: list[object] | None = None
     function_call: str | dict[str, object] | None = None
     logprobs: Flag | None = None
     top_logprobs: Integer | None = None
-    response_format: dict[str, object] | None = None
-    reasoning_effort: str | None = None
+    response_format: ResponseFormat | None = None
+    reasoning_effort: Effort | None = None
     verbosity: str | None = None
     modalities: list[str] | None = None
     audio: dict[str, object] | None = None
@@ -113,6 +145,19 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, object] | None = None
     prompt_cache_key: str | None = None
     chat_template_kwargs: dict[str, object] | None = None
+
+    def output_spec(self) -> OutputSpec:
+        """Tools, response format and reasoning effort, as a run keeps them."""
+        tools = None
+        if self.tools:
+            choice, parallel = self.tool_choice, self.parallel_tool_calls
+            tools = ToolUse(tools=tuple(self.tools), choice=choice, parallel=parallel)
+        format_ = self.response_format
+        return OutputSpec(
+            tools=tools,
+            response_format=format_ if format_ is not None and format_.structured else None,
+            reasoning_effort=self.reasoning_effort,
+        )
 
     @property
     def stop_strings(self) -> list[str]:
@@ -151,9 +196,31 @@ class CompletionUsage(_Lenient):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
+class ChunkFunction(_Lenient):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(_Lenient):
+    """A fragment of a streamed tool call: its index; its id, type and name once."""
+
+    index: int = 0
+    id: str | None = None
+    type: str | None = None
+    function: ChunkFunction | None = None
+
+
 class ChunkDelta(_Lenient):
     role: Role | None = None
     content: str | None = None
+    # reasoning apart from the answer: vLLM's and llama.cpp's name, and vLLM's newer one
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+    @property
+    def reasoning_text(self) -> str:
+        return self.reasoning_content or self.reasoning or ""
 
 
 class ChunkChoice(_Lenient):
@@ -173,7 +240,9 @@ class ChatCompletionChunk(_Lenient):
 
 class AssistantMessage(_Lenient):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    reasoning_content: str | None = None  # vLLM's and llama.cpp's name for it
+    tool_calls: list[dict[str, object]] | None = None
 
 
 class CompletionChoice(_Lenient):
@@ -191,11 +260,23 @@ class ChatCompletion(_Lenient):
     usage: CompletionUsage
 
 
+class ModelCapabilities(_Lenient):
+    """What a model's engine can do (parley's addition to OpenAI's model object)."""
+
+    tools: bool = False
+    structured_output: bool = False
+    reasoning: bool = False
+    vision: bool = False
+    logprobs: bool = False
+
+
 class ModelCard(_Lenient):
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "parley"
+    capabilities: ModelCapabilities | None = None
+    context_window: int | None = None  # the tokens it reads, prompt and answer
 
 
 class ModelCardList(_Lenient):

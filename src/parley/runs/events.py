@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parley.bus.interface import EventKind, RunEvent, StreamEntry
 from parley.domain import RunStatus
+from parley.engines.interface import Delta
 from parley.store.schema import Run
 
 
@@ -64,6 +65,27 @@ class DeltaEvent(_Event):
     replace: bool = False
 
 
+class ReasoningEvent(_Event):
+    """`event: reasoning`: more of the model's reasoning, apart from its answer (shown
+    folded, never part of the answer's text or of later prompts; its tokens are billed)."""
+
+    kind: ClassVar[EventKind] = EventKind.REASONING
+    text: str
+    tokens: int = 0
+
+
+class ToolCallEvent(_Event):
+    """`event: tool_call`: a fragment of the answer's `index`-th tool call: its `id` and
+    `name` come once (the first fragment), its JSON `arguments` in pieces."""
+
+    kind: ClassVar[EventKind] = EventKind.TOOL_CALL
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    tokens: int = 0
+
+
 class ErrorEvent(_Event):
     """`event: error`: why the run failed or was rejected; `done` follows. Without an id and
     with `retry_after`, the stream itself was cut (`dependency_unavailable`): resume it from
@@ -86,9 +108,10 @@ class DoneEvent(_Event):
     usage: Usage
 
 
-StreamEvent = StatusEvent | DeltaEvent | ErrorEvent | DoneEvent
+StreamEvent = StatusEvent | DeltaEvent | ReasoningEvent | ToolCallEvent | ErrorEvent | DoneEvent
 EVENT_TYPES: Final[dict[EventKind, type[StreamEvent]]] = {
-    t.kind: t for t in (StatusEvent, DeltaEvent, ErrorEvent, DoneEvent)
+    t.kind: t
+    for t in (StatusEvent, DeltaEvent, ReasoningEvent, ToolCallEvent, ErrorEvent, DoneEvent)
 }
 KINDS: Final = tuple(kind.value for kind in EVENT_TYPES)
 
@@ -144,6 +167,26 @@ def made_event(run: Run) -> RunEvent:
 
 def delta_event(text: str, tokens: int = 1, *, replace: bool = False) -> RunEvent:
     return encode(DeltaEvent(text=text, tokens=tokens, replace=replace))
+
+
+def delta_events(delta: Delta) -> list[RunEvent]:
+    """An engine's delta as the stream's events, in order: reasoning, text, call fragments;
+    its tokens counted on the first."""
+    events: list[StreamEvent] = []
+    if delta.reasoning:
+        events.append(ReasoningEvent(text=delta.reasoning))
+    if delta.text:
+        events.append(DeltaEvent(text=delta.text, tokens=0))
+    events.extend(
+        ToolCallEvent(index=c.index, id=c.id, name=c.name, arguments=c.arguments)
+        for c in delta.tool_calls
+    )
+    if not events:
+        if not delta.tokens:
+            return []
+        events.append(DeltaEvent(text="", tokens=0))
+    events[0] = events[0].model_copy(update={"tokens": delta.tokens})
+    return [encode(e) for e in events]
 
 
 def error_event(code: str, message: str, *, retry_after: float | None = None) -> RunEvent:

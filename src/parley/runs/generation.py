@@ -169,4 +169,5 @@ def program_request(run: Run) -> GenerationRequest:
         sampling=run.sampling,
         priority=run.priority,
         affinity_key=run.chat_id or given.affinity_key(run.user_id),
+        output=given.output,
     )

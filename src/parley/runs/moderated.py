@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from parley.domain import RunSource
-from parley.engines.interface import Delta, FinishReason, GenerationRequest
+from parley.engines.interface import Delta, FinishReason, GenerationRequest, joined_deltas
 from parley.safety.interface import Stage
 from parley.safety.moderator import Moderator, OutputPolicy, Ruling
 from parley.store.schema import Run
@@ -110,9 +111,7 @@ class Moderated:
                 tokens = 0 if held else held_tokens
                 held_tokens -= tokens
                 released = said
-                yield Delta(
-                    free, tokens, delta.finish_reason, delta.prompt_tokens, delta.cached_tokens
-                )
+                yield replace(delta, text=free, tokens=tokens)
             policy.ended()
         finally:
             await inner.aclose()  # type: ignore[attr-defined]
@@ -195,8 +194,8 @@ class _Windows:
         if not (full or (self._ended and self._filling)):
             self.over = self._ended  # nothing left to check: the end may go out
             return
-        text = "".join(d.text for d in self._filling)
-        self._under_check = Delta(text, sum(d.tokens for d in self._filling))
+        self._under_check = joined_deltas(self._filling)
+        text = self._under_check.text
         self._filling, self._filled = [], 0
         self.checking = asyncio.create_task(self._policy.window(self._context + text))
 
@@ -221,7 +220,10 @@ class _Windows:
             self._ended, self.over = True, True
             return [*out, Delta("", 0, delta.finish_reason)]
         if delta.text or delta.tokens:
-            self._filling.append(delta)
+            # its counts and end went out or are kept apart: the window holds what it says
+            self._filling.append(
+                replace(delta, finish_reason=None, prompt_tokens=None, cached_tokens=None)
+            )
             self._filled += delta.tokens
         if delta.finish_reason is not None:
             self._finish, self._ended = Delta("", 0, delta.finish_reason), True

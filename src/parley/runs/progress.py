@@ -6,16 +6,20 @@ from dataclasses import dataclass, field, replace
 
 from parley.domain import FinishReason, RunStatus
 from parley.engines.interface import Delta, EngineError
+from parley.engines.tools import ToolCallDelta
 from parley.outages import outage
 from parley.runs.moderated import OutputRefused
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
+from parley.text import storable
 
 
 @dataclass(slots=True)
 class Progress:
     run: Run
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[ToolCallDelta] = field(default_factory=list)
     tokens: int = 0
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -36,6 +40,9 @@ class Progress:
         if delta.text or delta.tokens:
             self.text.append(delta.text)
             self.tokens += delta.tokens
+        if delta.reasoning:
+            self.reasoning.append(delta.reasoning)
+        self.calls.extend(delta.tool_calls)
 
     @property
     def stopped(self) -> bool:
@@ -102,3 +109,8 @@ class Progress:
         if self.finish is FinishReason.ABORT:
             return "engine_aborted", "the engine stopped generating this answer"
         return None, None
+
+
+def storable_delta(delta: Delta) -> Delta:
+    """A delta as every store keeps it: no NUL, no lone surrogate (``text.storable``)."""
+    return replace(delta, text=storable(delta.text), reasoning=storable(delta.reasoning))

@@ -11,11 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.principal import Principal
 from parley.domain import MessageRole
-from parley.engines.kinds import Capabilities
-from parley.engines.sampling import SamplingParams, set_fields
+from parley.engines.kinds import Capabilities, unable
+from parley.engines.sampling import SamplingParams
 from parley.errors import PermissionDenied, ValidationFailed, quoted
 from parley.observability import tracing
 from parley.qos.settings import QosSettings
+from parley.runs.inputs import RunInput
 from parley.runs.requests import SendRequest, request_hash
 from parley.runs.settings import RunSettings
 from parley.store import chats, new_runs
@@ -38,16 +39,23 @@ class Rules:
         self._models = models
         self._capabilities = capabilities or {}
 
-    def check_sampling(self, model: str, sampling: SamplingParams) -> None:
-        """A sampling parameter the model's engine cannot honour is refused, named."""
-        honoured = self._capabilities.get(model, Capabilities()).sampling
-        for name in set_fields(sampling):
-            if name not in honoured:
-                raise ValidationFailed(
-                    f"model {quoted(model)} cannot honour {name}",
-                    code="unsupported_parameter",
-                    param=name,
-                )
+    def capabilities(self, model: str) -> Capabilities:
+        """What ``model``'s engine can do."""
+        return self._capabilities.get(model, Capabilities())
+
+    def check_engine(self, model: str, given: RunInput, sampling: SamplingParams) -> None:
+        """Sampling parameters, tools (offered, or calls in the conversation), a structured
+        response format and a reasoning effort each need an engine that can do them
+        (``engines/kinds.py``); refused, named, if the model's cannot."""
+        can = self._capabilities.get(model, Capabilities())
+        calls = any(m.tool_calls or m.role == "tool" for m in given.messages)
+        param = unable(can, sampling, given.output, calls=calls)
+        if param is not None:
+            raise ValidationFailed(
+                f"model {quoted(model)} cannot honour {param}",
+                code="unsupported_parameter",
+                param=param,
+            )
 
     def validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None

@@ -134,7 +134,7 @@ class Submitter:
             self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
         model = self.rules.check_model(who.tier, tier, req.model)
-        self.rules.check_sampling(model, req.sampling)
+        self.rules.check_engine(model, req.input, req.sampling)
         new = new_runs.NewRun(
             user_id=who.user_id,
             chat_id=None,
@@ -153,7 +153,7 @@ class Submitter:
         if req.store:
             new = self._kept(new, req.input)
 
-        tokens = await self.costs.check_program(new, req.input.messages)  # before admission
+        tokens = await self.costs.check_program(new, req.input.counted())  # before admission
         users = [m.content for m in req.input.messages if m.role == "user"]
         if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
             return earlier

@@ -9,14 +9,14 @@ attempt), the bus refuses this worker's appends. A worker that wakes late (SIGST
 pause) therefore cannot write into a stream another attempt owns; it stops generating and
 gives up its lease at once, so the sweeper recovers the run on its next pass.
 
-One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease
-on its row, renewed while it works; the sweeper recovers runs whose lease lapses.
-Cancel is watched concurrently with generation, so a stop frees the engine slot
-even while the engine is still before its first token.
+One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease on its
+row, renewed while it works; the sweeper recovers runs whose lease lapses. Cancel is
+watched concurrently with generation, so a stop frees the engine slot even while the
+engine is still before its first token.
 
 Each run's task binds the run's id (and, once claimed, its user's id) to the log context
-(``parley.logs``), so every line logged for the run carries them; a run logs one line when
-it starts and one when it ends (ids, counts and status, never the conversation).
+(``parley.logs``): a run logs a line when it starts and one when it ends (ids, counts and
+status, never the conversation).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import socket
-from dataclasses import replace
 from datetime import timedelta
 
 from parley import logs
@@ -40,18 +39,17 @@ from parley.observability.metrics import Metrics
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.qos.settings import QosSettings
-from parley.runs.events import delta_event, status_event
+from parley.runs.events import delta_events, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
 from parley.runs.moderated import OutputRefused, moderated
-from parley.runs.progress import Progress
+from parley.runs.progress import Progress, storable_delta
 from parley.runs.run_slots import RunSlots
 from parley.runs.settings import RunSettings
 from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
 from parley.store.schema import Run
-from parley.text import storable
 
 log = logging.getLogger(__name__)
 
@@ -309,22 +307,22 @@ class Worker:
             stream = self._metrics.timed(run, stream)
         try:
             async for generated in stream:
-                # what the stream carries is what the store keeps: no NUL, no lone surrogate
-                delta = replace(generated, text=storable(generated.text))
-                if delta.text or delta.tokens:
-                    event = delta_event(delta.text, delta.tokens)
-                    if not await self._append(run, event, progress):
-                        break
+                delta = storable_delta(generated)  # what the stream carries, the store keeps
+                if not await self._append(run, delta_events(delta), progress):
+                    break
                 progress.take(delta)
                 if progress.stopped:
                     break
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _append(self, run: Run, event: RunEvent, progress: Progress) -> bool:
+    async def _append(
+        self, run: Run, events: RunEvent | list[RunEvent], progress: Progress
+    ) -> bool:
         """Append under this attempt's fence; False (and the run given up) if it is stale."""
         try:
-            await self._bus.append(run.id, event, fence=run.attempts)
+            for event in events if isinstance(events, list) else [events]:
+                await self._bus.append(run.id, event, fence=run.attempts)
         except StaleAttempt:
             log.warning("run %s: attempt %d is stale; stopping", run.id, run.attempts)
             await self._lose(run.id, progress)

@@ -65,7 +65,7 @@ class GuardModel:
             answer = ChatCompletion.model_validate_json(response.content).choices[0].message
         except (ValidationError, IndexError) as e:
             raise ClassifierFailed(f"{self._what} answered no completion") from e
-        return self.read(answer.content)
+        return self.read(answer.content or "")
 
     def read(self, answer: str) -> Verdict:
         """The verdict a guard model's answer says."""

@@ -32,13 +32,22 @@ from parley.openai.protocol import (
     DONE,
     ChatCompletion,
     ChatCompletionRequest,
+    ModelCapabilities,
     ModelCard,
     ModelCardList,
     sse_data,
 )
 from parley.qos.budget import rate_limit_headers
 from parley.runs import cancel as cancelling
-from parley.runs.events import Batch, DeltaEvent, Ping, decode, sse_frame
+from parley.runs.events import (
+    Batch,
+    DeltaEvent,
+    Ping,
+    ReasoningEvent,
+    ToolCallEvent,
+    decode,
+    sse_frame,
+)
 from parley.services import Services
 from parley.store.schema import Run
 
@@ -50,11 +59,27 @@ _STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 @router.get("/v1/models", response_model=ModelCardList, responses=errors(*AUTHED))
 async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
-    """The models your tier may use, in OpenAI's list shape."""
-    body = ModelCardList(
-        data=[ModelCard(id=m) for m in svc.submitter.rules.allowed_models(who.tier)]
-    )
+    """The models your tier may use, in OpenAI's list shape, each with what it can do and
+    its context window."""
+    models = svc.submitter.rules.allowed_models(who.tier)
+    body = ModelCardList(data=[await _card(svc, m) for m in models])
     return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=errors(*AUTHED, 404))
+async def get_model(model_id: str, who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
+    """One model your tier may use; 404 ``model_not_found`` for any other."""
+    if model_id not in svc.submitter.rules.allowed_models(who.tier):
+        raise NotFound(f"The model `{model_id}` does not exist", code="model_not_found")
+    body = await _card(svc, model_id)
+    return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
+
+
+async def _card(svc: Services, model: str) -> ModelCard:
+    can = svc.submitter.rules.capabilities(model)
+    window = (await svc.context.counter()).window(model)
+    fields = {f: getattr(can, f) for f in ModelCapabilities.model_fields}
+    return ModelCard(id=model, capabilities=ModelCapabilities(**fields), context_window=window)
 
 
 _COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -173,6 +198,12 @@ def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, 
             out.append(writer.error(answer.error))
         elif isinstance(event, DeltaEvent) and event.text:
             texts.append(event.text)
+        elif isinstance(event, ReasoningEvent) and event.text:
+            flush()
+            out.append(writer.reasoning(event.text))
+        elif isinstance(event, ToolCallEvent):
+            flush()
+            out.append(writer.tool_call(event))
     flush()
     return b"".join(out), False
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from parley.engines.builtin.block_manager import BlockManager
+from parley.engines.builtin.grammar import Grammars
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.runner import ModelRunner
 from parley.engines.builtin.scheduler import Scheduler
@@ -49,6 +50,7 @@ class EngineCore:
         max_batch_tokens: int = 512,
         max_running: int = 64,
         eos_token_ids: tuple[int, ...] = (),
+        grammars: Grammars | None = None,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -59,7 +61,7 @@ class EngineCore:
         self.scheduler = Scheduler(
             self.blocks, max_batch_tokens=max_batch_tokens, max_running=max_running
         )
-        self.runner = ModelRunner(model, self.blocks, num_blocks)
+        self.runner = ModelRunner(model, self.blocks, num_blocks, grammars)
         self.eos = set(eos_token_ids)
         self.last_step: StepStats | None = None
 

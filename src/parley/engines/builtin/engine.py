@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from parley.engines.builtin.core import EngineCore, TokenEvent
+from parley.engines.builtin.grammar import Grammars, compile_grammar
 from parley.engines.builtin.loader import LoadedModel, engine_model, mapped_again
 from parley.engines.builtin.loop import EngineLoop
 from parley.engines.builtin.native.mode import NativeMode, attach_native
@@ -36,7 +37,6 @@ from parley.engines.interface import (
     EngineState,
     GenerationRequest,
 )
-from parley.engines.sampling import SamplingParams
 
 DEFAULT_TEMPERATURE = 0.7
 
@@ -89,6 +89,11 @@ class BuiltinEngine:
             max_batch_tokens=self.config.max_batch_tokens,
             max_running=self.config.max_running,
             eos_token_ids=tuple(self.tokenizer.eos_token_ids),
+            grammars=Grammars(
+                self.tokenizer.tokenizer.to_str(),
+                loaded.config.vocab_size,
+                tuple(self.tokenizer.eos_token_ids),
+            ),
         )
 
     def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
@@ -116,8 +121,9 @@ class BuiltinEngine:
             )
         return min(max_tokens, room)
 
-    def _resolved(self, sampling: SamplingParams, max_tokens: int) -> SequenceSampling:
-        """A request's sampling with the engine's defaults filled in."""
+    def _resolved(self, request: GenerationRequest, max_tokens: int) -> SequenceSampling:
+        """A request's sampling with the engine's defaults filled in, and its grammar."""
+        sampling = request.sampling
         temperature = sampling.temperature
         return SequenceSampling(
             max_tokens=max_tokens,
@@ -130,6 +136,7 @@ class BuiltinEngine:
             logit_bias=self._bias(sampling.logit_bias),
             top_k=sampling.top_k or 0,
             min_p=sampling.min_p or 0.0,
+            grammar=compile_grammar(request.output.response_format),
         )
 
     def _bias(self, bias: dict[int, float] | None) -> tuple[tuple[int, float], ...]:
@@ -162,7 +169,7 @@ class BuiltinEngine:
         seq = Sequence(
             seq_id=request.request_id,
             prompt=prompt,
-            params=self._resolved(request.sampling, self._room(len(prompt), request.max_tokens)),
+            params=self._resolved(request, self._room(len(prompt), request.max_tokens)),
             priority=request.priority,
         )
         queue: asyncio.Queue[Delta | EngineError] = asyncio.Queue()

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from parley.engines.builtin.block_manager import BlockManager
+from parley.engines.builtin.grammar import Grammars
 from parley.engines.builtin.logits import shape_logits
 from parley.engines.builtin.model import (
     BatchLayout,
@@ -28,7 +29,13 @@ from parley.engines.builtin.sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, blocks: BlockManager, num_blocks: int) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        blocks: BlockManager,
+        num_blocks: int,
+        grammars: Grammars | None = None,
+    ) -> None:
         self.model = model
         self.blocks = blocks
         self.block_size = blocks.block_size
@@ -38,6 +45,7 @@ class ModelRunner:
         )
         self.rotary = Rotary(model.config, self.device)
         self.generators: dict[str, torch.Generator] = {}
+        self.grammars = grammars
 
     def forward(self, chunks: list[Chunk]) -> Tensor:
         """Logits [S, vocab] for the chunks that sample, in order."""
@@ -46,20 +54,31 @@ class ModelRunner:
 
     def sample(self, logits: Tensor, seqs: list[Sequence]) -> list[int]:
         shape_logits(logits, seqs)
+        if self.grammars is not None:
+            self.grammars.mask(logits, seqs)
         gens = [self.generators.get(s.seq_id) for s in seqs]
-        return sample_batch(logits, [s.params for s in seqs], gens)
+        tokens = sample_batch(logits, [s.params for s in seqs], gens)
+        if self.grammars is not None:
+            self.grammars.advance(seqs, tokens)
+        return tokens
 
     def add(self, seq: Sequence) -> None:
         if seq.params.seed is not None:
             self.generators[seq.seq_id] = torch.Generator().manual_seed(seq.params.seed)
+        if self.grammars is not None:
+            self.grammars.add(seq)
 
     def reset(self, blocks: BlockManager) -> None:
         """New block tables (``EngineCore.reset``); no sequence's generator is kept."""
         self.blocks = blocks
         self.generators.clear()
+        if self.grammars is not None:
+            self.grammars.clear()
 
     def forget(self, seq: Sequence) -> None:
         self.generators.pop(seq.seq_id, None)
+        if self.grammars is not None:
+            self.grammars.forget(seq.seq_id)
 
     def layout(self, chunks: list[Chunk]) -> tuple[BatchLayout, Tensor]:
         ids: list[int] = []

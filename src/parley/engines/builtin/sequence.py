@@ -32,6 +32,7 @@ class SequenceSampling:
     logit_bias: tuple[tuple[int, float], ...] = ()
     top_k: int = 0  # 0: no cut
     min_p: float = 0.0
+    grammar: str | None = None  # what the answer must follow (``builtin/grammar.py``)
 
     @property
     def shapes_logits(self) -> bool:

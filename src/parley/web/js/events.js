@@ -3,6 +3,8 @@
 export const EVENT = Object.freeze({
   STATUS: "status",
   DELTA: "delta",
+  REASONING: "reasoning",
+  TOOL_CALL: "tool_call",
   ERROR: "error",
   DONE: "done",
 });
