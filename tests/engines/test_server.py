@@ -149,3 +149,18 @@ def test_bad_requests_get_openai_error_bodies(
     assert error["message"]
     assert error["code"] == code
     assert _health(server)["in_flight"] == 0
+
+
+def test_a_response_format_is_decoded_under_its_schema(server: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+        "required": ["n", "ok"],
+        "additionalProperties": False,
+    }
+    ask = _ask("numbers please", max_tokens=300)
+    ask["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    r = httpx.post(f"{server}/v1/chat/completions", json=ask, timeout=60)
+    assert r.status_code == 200, r.text
+    answer = json.loads(r.json()["choices"][0]["message"]["content"])
+    assert set(answer) == {"n", "ok"} and isinstance(answer["ok"], bool)

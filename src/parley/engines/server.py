@@ -243,6 +243,7 @@ class EngineServer:
             messages=[ChatMessage(m.role, m.text) for m in body.messages],
             max_tokens=body.output_limit or self.default_max_tokens,
             sampling=body.sampling_params(),
+            output=body.output_spec(),
         )
 
     async def _counted(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -38,6 +37,7 @@ def compile_grammar(response_format: ResponseFormat | None) -> str | None:
     if response_format.json_schema is not None and response_format.json_schema.schema_:
         schema = dict(response_format.json_schema.schema_)
     # compact JSON: a model cannot pad its answer with whitespace until it runs out of tokens
+    schema = bounded(schema)
     schema["x-guidance"] = {"whitespace_flexible": False}
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
@@ -49,6 +49,24 @@ def compile_grammar(response_format: ResponseFormat | None) -> str | None:
     return grammar
 
 
+SAFE_INTEGER = 2**53 - 1  # JSON's portable integers (RFC 8259 section 6)
+
+
+def bounded(schema: Any) -> Any:
+    """The schema with every integer it leaves unbounded kept within JSON's portable range,
+    so that a model cannot write digits until its tokens run out."""
+    if isinstance(schema, list):
+        return [bounded(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: bounded(value) for key, value in schema.items()}
+    kinds = out.get("type")
+    if kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds):
+        out.setdefault("maximum", SAFE_INTEGER)
+        out.setdefault("minimum", -SAFE_INTEGER)
+    return out
+
+
 class Grammars:
     """The matchers of the constrained sequences in the engine (on the engine's thread)."""
 
@@ -58,6 +76,8 @@ class Grammars:
         self._eos = list(eos)
         self._tokenizer: llguidance.LLTokenizer | None = None  # made at the first grammar
         self._matchers: dict[str, llguidance.LLMatcher] = {}
+        self._pool: llguidance.LLExecutor | None = None
+        self._shifts = torch.arange(32, dtype=torch.int32)
 
     def _llg_tokenizer(self) -> llguidance.LLTokenizer:
         import llguidance
@@ -76,19 +96,31 @@ class Grammars:
             self._matchers[seq.seq_id] = matcher
 
     def mask(self, logits: Tensor, seqs: list[Sequence]) -> None:
-        """Each constrained row's disallowed tokens at -inf, in place."""
+        """Each constrained row's disallowed tokens at -inf, in place: the rows' masks
+        computed at once (llguidance's executor, its threads, the GIL let go) into one
+        bitmask, its bits spread over the vocabulary in one tensor operation."""
         matched = [(i, self._matchers.get(s.seq_id)) for i, s in enumerate(seqs)]
         rows = [(i, m) for i, m in matched if m is not None]
         if not rows:
             return
         vocab = logits.shape[1]
+        words = (vocab + 31) // 32
+        bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
+        self._executor().unsafe_compute_mask_ptr(
+            [(m, k) for k, (_, m) in enumerate(rows)], bitmask.data_ptr(), words * 4, len(rows)
+        )
+        bits = (bitmask.unsqueeze(-1) >> self._shifts) & 1  # [rows, words, 32]
+        blocked = bits.view(len(rows), -1)[:, :vocab] == 0
+        index = torch.tensor([i for i, _ in rows])
         with torch.inference_mode():
-            for i, matcher in rows:
-                bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
-                allowed = np.zeros(vocab, dtype=bool)  # past the grammar's vocabulary: never
-                known = np.unpackbits(bits, bitorder="little")[:vocab].astype(bool)
-                allowed[: len(known)] = known
-                logits[i].masked_fill_(torch.from_numpy(~allowed), float("-inf"))
+            logits[index] = logits[index].masked_fill(blocked, float("-inf"))
+
+    def _executor(self) -> llguidance.LLExecutor:
+        import llguidance
+
+        if self._pool is None:
+            self._pool = llguidance.LLExecutor(num_threads=2)
+        return self._pool
 
     def advance(self, seqs: list[Sequence], tokens: list[int]) -> None:
         """Each constrained sequence's matcher past its new token."""
