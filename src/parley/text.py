@@ -39,11 +39,13 @@ DEFAULT_TITLE = "New chat"
 TITLE_FROM_CHARS = 60  # a title made from a message, at most
 
 
-def title_from(message: str, limit: int = TITLE_FROM_CHARS) -> str:
+def title_from(message: str, max_title_chars: int) -> str:
     """A chat's title from its first message: the message's first line that shows
-    something, its whitespace collapsed, cut to ``limit`` characters (an ellipsis marks the
-    cut); the default title when no line shows anything. The one rule, for the web UI's new
-    chats (``title_from``) and for the chats programs keep (``store``)."""
+    something, its whitespace collapsed, cut to ``TITLE_FROM_CHARS`` characters (or the
+    titles' own limit, if lower; an ellipsis marks the cut); the default title when no line
+    shows anything. The one rule, for the web UI's new chats (``title_from``) and for the
+    chats programs keep (``store``)."""
+    limit = min(max_title_chars, TITLE_FROM_CHARS)
     line = next((one for one in message.splitlines() if has_visible(one)), "")
     line = " ".join(line.split())
     if len(line) > limit:

@@ -171,21 +171,25 @@ def delta_event(text: str, tokens: int = 1, *, replace: bool = False) -> RunEven
 
 def delta_events(delta: Delta) -> list[RunEvent]:
     """An engine's delta as the stream's events, in order: reasoning, text, call fragments;
-    its tokens counted on the first."""
+    its tokens counted on the first. A plain text delta (nearly every one) is one event,
+    built once."""
+    if not (delta.reasoning or delta.tool_calls):
+        if not (delta.text or delta.tokens):
+            return []
+        return [encode(DeltaEvent(text=delta.text, tokens=delta.tokens))]
+    tokens = delta.tokens
     events: list[StreamEvent] = []
     if delta.reasoning:
-        events.append(ReasoningEvent(text=delta.reasoning))
+        events.append(ReasoningEvent(text=delta.reasoning, tokens=tokens))
+        tokens = 0
     if delta.text:
-        events.append(DeltaEvent(text=delta.text, tokens=0))
-    events.extend(
-        ToolCallEvent(index=c.index, id=c.id, name=c.name, arguments=c.arguments)
-        for c in delta.tool_calls
-    )
-    if not events:
-        if not delta.tokens:
-            return []
-        events.append(DeltaEvent(text="", tokens=0))
-    events[0] = events[0].model_copy(update={"tokens": delta.tokens})
+        events.append(DeltaEvent(text=delta.text, tokens=tokens))
+        tokens = 0
+    for c in delta.tool_calls:
+        events.append(
+            ToolCallEvent(index=c.index, id=c.id, name=c.name, arguments=c.arguments, tokens=tokens)
+        )
+        tokens = 0
     return [encode(e) for e in events]
 
 

@@ -47,7 +47,7 @@ class Rules:
         """Sampling parameters, tools (offered, or calls in the conversation), a structured
         response format and a reasoning effort each need an engine that can do them
         (``engines/kinds.py``); refused, named, if the model's cannot."""
-        can = self._capabilities.get(model, Capabilities())
+        can = self.capabilities(model)
         calls = any(m.tool_calls or m.role == "tool" for m in given.messages)
         param = unable(can, sampling, given.output, calls=calls)
         if param is not None:

@@ -182,7 +182,7 @@ class Submitter:
             )
         earlier = [(MessageRole(m.role), m.content) for m in given.messages[:-1]]
         first = next(m.content for m in given.messages if m.role == "user")
-        title = text.title_from(first, min(self._settings.max_title_chars, text.TITLE_FROM_CHARS))
+        title = text.title_from(first, self._settings.max_title_chars)
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
 
     async def _admit(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:

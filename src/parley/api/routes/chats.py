@@ -47,7 +47,7 @@ async def create_chat(body: ChatCreate, who: PrincipalDep, svc: ServicesDep) -> 
         )
     limit = svc.settings.runs.max_title_chars
     if body.title_from is not None:
-        title = text.title_from(body.title_from, min(limit, text.TITLE_FROM_CHARS))
+        title = text.title_from(body.title_from, limit)
     else:
         title = _title(body.title, limit, allow_empty=True) or text.DEFAULT_TITLE
     async with svc.db.transaction() as s:
