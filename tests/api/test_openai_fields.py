@@ -182,6 +182,95 @@ async def _response_format(post: Post) -> None:
     assert text(await post(response_format={"type": "text"})) == text(await post())
 
 
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"enum": ["c", "f"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, ADD)}
+
+
+def calls(r: httpx.Response) -> list[dict[str, Any]]:
+    """The answer's calls, each checked: an id, a tool's name, arguments valid for its
+    schema (the grammar's doing: the tiny random model knows nothing of tools)."""
+    import jsonschema
+
+    assert r.status_code == 200, r.text
+    made = r.json()["choices"][0]["message"].get("tool_calls") or []
+    for call in made:
+        assert call["id"].startswith("call_") and call["type"] == "function"
+        schema = SCHEMAS[call["function"]["name"]]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+    return list(made)
+
+
+async def _tools(post: Post) -> None:
+    r = await post(tools=[WEATHER, ADD], tool_choice="required", max_tokens=300)
+    assert calls(r) and r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert r.json()["choices"][0]["message"]["content"] is None
+    # streamed: OpenAI's fragments (id, type and name first), the same calls assembled
+    streamed = await post(tools=[WEATHER, ADD], tool_choice="required", max_tokens=300, stream=True)
+    data = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: {")]
+    deltas = [json.loads(d)["choices"][0]["delta"] for d in data if json.loads(d)["choices"]]
+    pieces = [p for d in deltas for p in d.get("tool_calls", [])]
+    assert pieces[0]["id"] and pieces[0]["type"] == "function" and pieces[0]["function"]["name"]
+    whole = calls(r)
+    assert "".join(p["function"]["arguments"] for p in pieces) == "".join(
+        c["function"]["arguments"] for c in whole
+    )
+    # auto: an answer in text, or calls; either way one the client can read
+    r = await post(tools=[WEATHER, ADD], max_tokens=300)
+    assert r.status_code == 200, r.text
+    auto = r.json()["choices"][0]
+    if auto["message"].get("tool_calls"):
+        assert auto["finish_reason"] == "tool_calls"
+    else:
+        assert not auto["message"]["content"].startswith("<tool_call>")
+
+
+async def _tool_choice(post: Post) -> None:
+    named = {"type": "function", "function": {"name": "add"}}
+    made = calls(await post(tools=[WEATHER, ADD], tool_choice=named, max_tokens=300))
+    assert made and {c["function"]["name"] for c in made} == {"add"}
+    # none: the answer the model gives with no tools at all
+    assert text(await post(tools=[WEATHER, ADD], tool_choice="none")) == text(await post())
+
+
+async def _parallel_tool_calls(post: Post) -> None:
+    # the end token (258) held back: the model goes on calling while the grammar lets it
+    asked = {
+        "tools": [WEATHER, ADD],
+        "tool_choice": "required",
+        "max_tokens": 300,
+        "logit_bias": {"258": -100},
+    }
+    assert len((await post(**asked)).json()["choices"][0]["message"]["tool_calls"]) > 1
+    one = calls(await post(**asked, parallel_tool_calls=False))
+    assert len(one) == 1
+
+
 async def _identifiers(post: Post) -> None:
     # OpenAI's end-user identifiers, for its abuse monitoring: accepted, parley's own
     # accounting is by API key
@@ -209,15 +298,15 @@ HONOURED: dict[str, Callable[[Post], Awaitable[None]]] = {
     "user": _identifiers,
     "response_format": _response_format,
     "safety_identifier": _identifiers,
+    "tools": _tools,
+    "tool_choice": _tool_choice,
+    "parallel_tool_calls": _parallel_tool_calls,
 }
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
 
 # refused: a value that asks for what parley does not do (yet), or the built-in engine
 REFUSED: dict[str, Any] = {
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-    "tool_choice": "auto",
-    "parallel_tool_calls": True,
     "functions": [{"name": "f", "parameters": {}}],
     "function_call": "auto",
     "logprobs": True,

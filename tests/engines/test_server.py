@@ -115,9 +115,6 @@ def test_a_client_that_leaves_frees_its_slot(server: str) -> None:
     eventually_sync(lambda: _health(server)["in_flight"] == 0, "the slot to be freed")
 
 
-TOOL = {"type": "function", "function": {"name": "f"}}  # the built-in engine calls none yet
-
-
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
@@ -129,7 +126,7 @@ TOOL = {"type": "function", "function": {"name": "f"}}  # the built-in engine ca
             "unsupported_parameter",
         ),
         (
-            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [TOOL]},
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "audio": {}},
             400,
             "unsupported_parameter",
         ),
@@ -164,3 +161,61 @@ def test_a_response_format_is_decoded_under_its_schema(server: str) -> None:
     assert r.status_code == 200, r.text
     answer = json.loads(r.json()["choices"][0]["message"]["content"])
     assert set(answer) == {"n", "ok"} and isinstance(answer["ok"], bool)
+
+
+def test_tool_calls_stream_in_openai_s_shape_and_results_are_read_back(server: str) -> None:
+    """Under ``tool_choice: required`` the tiny random model calls a tool in the format the
+    grammar allows; the server streams it as OpenAI's fragments (the official client
+    assembles them), answers it whole the same, and takes the call and its result back."""
+    import openai
+
+    add: Any = {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="-", max_retries=0)
+    ask: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "add two numbers"}],
+        "tools": [add],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_tokens": 200,
+        "temperature": 0,
+    }
+    with client.chat.completions.stream(**ask) as stream:
+        for _ in stream:
+            pass
+        streamed = stream.get_final_completion().choices[0]
+    whole = client.chat.completions.create(**ask).choices[0]
+    assert streamed.finish_reason == whole.finish_reason == "tool_calls"
+    (call,) = streamed.message.tool_calls or []
+    (same,) = whole.message.tool_calls or []
+    assert call.type == "function" and call.function.name == "add"
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"a", "b"} and all(isinstance(v, int) for v in arguments.values())
+    assert same.function.arguments == call.function.arguments
+    back = [
+        *ask["messages"],
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call.id, "type": "function", "function": same.function.model_dump()}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call.id, "content": "5"},
+    ]
+    answer = client.chat.completions.create(
+        model=MODEL, messages=back, tools=[add], max_tokens=8, temperature=0
+    )
+    assert answer.usage is not None and answer.usage.prompt_tokens > 30
+    assert _health(server)["in_flight"] == 0

@@ -132,8 +132,9 @@ def builtin_engine(
 BUILTIN = EngineDescriptor(
     kind=EngineKind.BUILTIN,
     summary="parley's own engine: continuous batching, paged KV cache, prefix caching",
-    # decodes under a JSON schema (builtin/grammar.py); tools come with issue 42's next part
-    capabilities=Capabilities(structured_output=True, sampling=EVERY),
+    # decodes under a JSON schema (builtin/grammar.py); calls tools in a fixed format under
+    # a grammar (builtin/calling.py)
+    capabilities=Capabilities(tools=True, structured_output=True, sampling=EVERY),
     in_process=True,
     fleet=False,
     default_model=lambda e: ModelSettings(name=builtin_model_name(e), engine=EngineKind.BUILTIN),

@@ -43,6 +43,7 @@ from parley.engines.interface import (
 )
 from parley.engines.kinds import Capabilities, unable
 from parley.engines.stats import engine_stats
+from parley.engines.tools import ToolCall, ToolCallDelta, assembled
 from parley.openai.params import refusal
 from parley.openai.protocol import (
     DONE,
@@ -52,6 +53,8 @@ from parley.openai.protocol import (
     ChatCompletionRequest,
     ChunkChoice,
     ChunkDelta,
+    ChunkFunction,
+    ChunkToolCall,
     CompletionChoice,
     CompletionUsage,
     ErrorDetail,
@@ -62,6 +65,7 @@ from parley.openai.protocol import (
     ModerationResponse,
     ModerationResult,
     PromptTokensDetails,
+    WireMessage,
     sse_data,
 )
 
@@ -240,7 +244,7 @@ class EngineServer:
         return GenerationRequest(
             request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
             model=self.model,
-            messages=[ChatMessage(m.role, m.text) for m in body.messages],
+            messages=[_message(m) for m in body.messages],
             max_tokens=body.output_limit or self.default_max_tokens,
             sampling=body.sampling_params(),
             output=body.output_spec(),
@@ -271,10 +275,17 @@ class EngineServer:
             deltas = _prepend(first, rest)
             async for delta in deltas:
                 answer.take(delta)
-                if delta.text or not role_sent or delta.finish_reason is not None:
+                if (
+                    delta.text
+                    or delta.tool_calls
+                    or not role_sent
+                    or delta.finish_reason is not None
+                ):
                     choice = ChunkChoice(
                         delta=ChunkDelta(
-                            role=None if role_sent else "assistant", content=delta.text or None
+                            role=None if role_sent else "assistant",
+                            content=delta.text or None,
+                            tool_calls=[_chunk_call(c) for c in delta.tool_calls] or None,
                         ),
                         finish_reason=answer.finish if delta.finish_reason else None,
                     )
@@ -301,10 +312,12 @@ class EngineServer:
     ) -> Response:
         answer = _Answer()
         text: list[str] = []
+        calls: list[ToolCallDelta] = []
         try:
             async for delta in _prepend(first, rest):
                 answer.take(delta)
                 text.append(delta.text)
+                calls += delta.tool_calls
         except EngineError as e:
             return _engine_error(e)
         finally:
@@ -314,12 +327,32 @@ class EngineServer:
             model=self.model,
             choices=[
                 CompletionChoice(
-                    message=AssistantMessage(content="".join(text)), finish_reason=answer.finish
+                    message=AssistantMessage(
+                        content="".join(text) or (None if calls else ""),
+                        tool_calls=[c.wire() for c in assembled(calls)] or None,
+                    ),
+                    finish_reason=answer.finish,
                 )
             ],
             usage=answer.usage,
         )
         return _json(completion.model_dump(exclude_none=True))
+
+
+def _message(m: WireMessage) -> ChatMessage:
+    calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
+    role = "system" if m.role == "developer" else m.role
+    return ChatMessage(role, m.text, calls, m.tool_call_id)
+
+
+def _chunk_call(call: ToolCallDelta) -> ChunkToolCall:
+    first = call.id is not None
+    return ChunkToolCall(
+        index=call.index,
+        id=call.id,
+        type="function" if first else None,
+        function=ChunkFunction(name=call.name, arguments=call.arguments),
+    )
 
 
 async def _prepend(first: Delta | None, rest: AsyncGenerator[Delta, None]) -> AsyncIterator[Delta]:

@@ -121,7 +121,9 @@ async def chat_completions(
         answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
         raise answer.error
     whole = completion(run.id, run.model, int(run.created_at.timestamp()), answer)
-    return JSONResponse(whole.model_dump(mode="json", exclude_none=True), headers=headers)
+    out = whole.model_dump(mode="json", exclude_none=True)
+    out["choices"][0]["message"].setdefault("content", None)  # OpenAI's null for calls only
+    return JSONResponse(out, headers=headers)
 
 
 async def _submit(

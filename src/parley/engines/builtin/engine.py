@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from parley.domain import FinishReason
+from parley.engines.builtin.calling import (
+    CallReader,
+    calls_only,
+    offered,
+    template_explains_calls,
+    template_messages,
+)
 from parley.engines.builtin.core import EngineCore, TokenEvent
 from parley.engines.builtin.grammar import Grammars, compile_grammar
 from parley.engines.builtin.loader import LoadedModel, engine_model, mapped_again
@@ -37,6 +45,7 @@ from parley.engines.interface import (
     EngineState,
     GenerationRequest,
 )
+from parley.engines.tools import OutputSpec
 
 DEFAULT_TEMPERATURE = 0.7
 
@@ -96,18 +105,23 @@ class BuiltinEngine:
             ),
         )
 
-    def prompt_ids(self, messages: list[ChatMessage]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True
-        )
+    def prompt_ids(
+        self, messages: list[ChatMessage], output: OutputSpec | None = None
+    ) -> list[int]:
+        """The prompt's tokens: the messages (their tool calls and results) and the tools
+        offered, written as ``calling.py`` says."""
+        native = template_explains_calls(self.tokenizer.chat_template)
+        rendered, tools = template_messages(messages, output or OutputSpec(), native=native)
+        text = self.tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tools=tools)
         return self.tokenizer.encode(text)
 
-    async def _prompt(self, messages: list[ChatMessage]) -> list[int]:
+    async def _prompt(self, request: GenerationRequest) -> list[int]:
         """``prompt_ids``; a long prompt's in a thread (the encoder lets go of the GIL), so
         the other runs' streams do not wait for it."""
+        messages, output = request.messages, request.output
         if sum(len(m.content) for m in messages) <= OFF_LOOP_CHARS:
-            return self.prompt_ids(messages)
-        return await asyncio.to_thread(self.prompt_ids, messages)
+            return self.prompt_ids(messages, output)
+        return await asyncio.to_thread(self.prompt_ids, messages, output)
 
     def _room(self, prompt_tokens: int, max_tokens: int) -> int:
         """The output a prompt leaves within the model's context window (its positions: past
@@ -136,7 +150,7 @@ class BuiltinEngine:
             logit_bias=self._bias(sampling.logit_bias),
             top_k=sampling.top_k or 0,
             min_p=sampling.min_p or 0.0,
-            grammar=compile_grammar(request.output.response_format),
+            grammar=compile_grammar(request.output),
         )
 
     def _bias(self, bias: dict[int, float] | None) -> tuple[tuple[int, float], ...]:
@@ -165,7 +179,7 @@ class BuiltinEngine:
         self._ensure_started()
         if self.state() is EngineState.FAILED:
             raise EngineFailed("the engine failed and could not restart")
-        prompt = await self._prompt(request.messages)
+        prompt = await self._prompt(request)
         seq = Sequence(
             seq_id=request.request_id,
             prompt=prompt,
@@ -176,12 +190,14 @@ class BuiltinEngine:
         self._queues[seq.seq_id] = queue
         self.output.add(seq)
         self._loop_thread.submit(seq)
+        tools = offered(request.output)
+        reader = None if tools is None else CallReader(calls_only=calls_only(tools))
         try:
             while True:
                 delta = await queue.get()
                 if isinstance(delta, EngineError):
                     raise delta
-                yield delta
+                yield delta if reader is None else _read_calls(reader, delta)
                 if delta.finish_reason is not None:
                     return
         finally:
@@ -224,3 +240,18 @@ class BuiltinEngine:
             queue = self._queues.get(item.seq_id)
             if queue is not None:
                 queue.put_nowait(item.output)
+
+
+def _read_calls(reader: CallReader, delta: Delta) -> Delta:
+    """A delta of an answer that may call tools: its text split into text and calls; an
+    answer that made calls and stopped by itself finishes with ``tool_calls``."""
+    try:
+        text, calls = reader.feed(delta.text)
+    except ValueError as e:
+        raise EngineFailed(str(e)) from e
+    finish = delta.finish_reason
+    if finish is not None:
+        text += reader.finish()
+        if finish is FinishReason.STOP and reader.calls:
+            finish = FinishReason.TOOL_CALLS
+    return replace(delta, text=text, tool_calls=calls, finish_reason=finish)

@@ -12,13 +12,13 @@ so that a schema llguidance cannot take is refused before the sequence is queued
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from parley.engines.interface import EngineRefusedRequest
-from parley.engines.tools import ResponseFormat
+from parley.engines.tools import OutputSpec
 
 if TYPE_CHECKING:
     import llguidance
@@ -26,45 +26,32 @@ if TYPE_CHECKING:
     from parley.engines.builtin.sequence import Sequence
 
 
-def compile_grammar(response_format: ResponseFormat | None) -> str | None:
-    """The grammar of a response format (None: text); EngineRefusedRequest for a schema
+def compile_grammar(output: OutputSpec) -> str | None:
+    """The grammar an answer is decoded under (None: free text): the calls the request's
+    tools allow (``calling.py``), or its response format; EngineRefusedRequest for a schema
     the grammar library refuses."""
     import llguidance
 
-    if response_format is None or not response_format.structured:
-        return None
-    schema: dict[str, Any] = {"type": "object"}
-    if response_format.json_schema is not None and response_format.json_schema.schema_:
-        schema = dict(response_format.json_schema.schema_)
-    # compact JSON: a model cannot pad its answer with whitespace until it runs out of tokens
-    schema = bounded(schema)
-    schema["x-guidance"] = {"whitespace_flexible": False}
+    from parley.engines.builtin.calling import call_grammar, offered
+    from parley.engines.builtin.schemas import schema_of
+
+    tools, response_format = offered(output), output.response_format
+    param = "tools" if tools is not None else "response_format"
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        if tools is not None:
+            grammar = llguidance.grammar_from("lark", call_grammar(tools, response_format))
+        elif response_format is not None and response_format.structured:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                json.dumps(schema_of(response_format))
+            )
+        else:
+            return None
     except ValueError as e:
-        raise EngineRefusedRequest(f"response_format: the schema cannot be used: {e}") from e
+        raise EngineRefusedRequest(f"{param}: the schema cannot be used: {e}") from e
     message = llguidance.LLMatcher.validate_grammar(grammar)
     if message:
-        raise EngineRefusedRequest(f"response_format: the schema cannot be used: {message}")
+        raise EngineRefusedRequest(f"{param}: the schema cannot be used: {message}")
     return grammar
-
-
-SAFE_INTEGER = 2**53 - 1  # JSON's portable integers (RFC 8259 section 6)
-
-
-def bounded(schema: Any) -> Any:
-    """The schema with every integer it leaves unbounded kept within JSON's portable range,
-    so that a model cannot write digits until its tokens run out."""
-    if isinstance(schema, list):
-        return [bounded(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {key: bounded(value) for key, value in schema.items()}
-    kinds = out.get("type")
-    if kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds):
-        out.setdefault("maximum", SAFE_INTEGER)
-        out.setdefault("minimum", -SAFE_INTEGER)
-    return out
 
 
 class Grammars:

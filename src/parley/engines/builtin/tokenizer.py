@@ -79,15 +79,21 @@ class TextTokenizer:
     # -- chat ---------------------------------------------------------------------------------
 
     def apply_chat_template(
-        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        """The prompt text for ``messages``, rendered by the model's own (sandboxed) template."""
+        """The prompt text for ``messages``, rendered by the model's own (sandboxed) template
+        (``tools``: handed to a template that explains tool calls, ``calling.py``)."""
         if self._template is None:
             raise UnsupportedModel("the model has no chat template")
+        extra: dict[str, Any] = {} if tools is None else {"tools": tools}
         try:
             return self._template.render(
                 messages=[dict(m) for m in messages],
                 add_generation_prompt=add_generation_prompt,
+                **extra,
                 **self.special_tokens,
             )
         except jinja2.TemplateError as exc:
