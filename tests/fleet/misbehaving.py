@@ -139,7 +139,8 @@ def app(mode: str) -> Starlette:
         if mode == "no-usage":
             return StreamingResponse(no_usage(), media_type="text/event-stream")
         if mode in SCRIPTS:
-            return StreamingResponse(SCRIPTS[mode](), media_type="text/event-stream")
+            script = SCRIPTS[mode](dict(count["body"]))  # type: ignore[call-overload]
+            return StreamingResponse(script, media_type="text/event-stream")
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     async def models(_: Request) -> Response:

@@ -1,13 +1,17 @@
 """Streams as real servers send them, replayed by ``tests.fleet.misbehaving``'s scripted
 modes: tool calls in vLLM's shape (parallel calls, each id/type/name first, arguments split
 over many chunks) and OpenAI's (text, then a call), reasoning before content (vLLM's and
-llama.cpp's ``reasoning_content``), and a model that reasons for a long while."""
+llama.cpp's ``reasoning_content``), a model that reasons for a long while, and a model an
+agent drives (calls, then an answer from their results)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+Body = dict[str, Any]  # the chat request's JSON body
 
 REASONING_SECONDS = 3.0  # the long reasoner's thinking, past a test's first-token timeout
 
@@ -30,7 +34,7 @@ def _pieces(text: str, size: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-async def vllm_parallel_calls() -> AsyncIterator[bytes]:
+async def vllm_parallel_calls(body: Body) -> AsyncIterator[bytes]:
     """vLLM's hermes parser: role first, then per call a head (id, type, name, empty
     arguments) and its arguments a few characters a chunk."""
     yield _delta({"role": "assistant", "content": ""})
@@ -47,7 +51,7 @@ async def vllm_parallel_calls() -> AsyncIterator[bytes]:
         yield line
 
 
-async def openai_text_then_call() -> AsyncIterator[bytes]:
+async def openai_text_then_call(body: Body) -> AsyncIterator[bytes]:
     """OpenAI's: text first, then one call whose head carries its name and no arguments."""
     yield _delta({"role": "assistant", "content": None, "refusal": None})
     for piece in ("Let me ", "look that up."):
@@ -60,7 +64,7 @@ async def openai_text_then_call() -> AsyncIterator[bytes]:
         yield line
 
 
-async def reasoning_then_content() -> AsyncIterator[bytes]:
+async def reasoning_then_content(body: Body) -> AsyncIterator[bytes]:
     """vLLM's and llama.cpp's reasoning parsers: reasoning_content, then content."""
     yield _delta({"role": "assistant"})
     for piece in ("The user ", "greets me; ", "I greet back."):
@@ -71,7 +75,7 @@ async def reasoning_then_content() -> AsyncIterator[bytes]:
         yield line
 
 
-async def long_reasoning() -> AsyncIterator[bytes]:
+async def long_reasoning(body: Body) -> AsyncIterator[bytes]:
     """Reasoning for ``REASONING_SECONDS``, a chunk every 0.1 s, before the first content."""
     yield _delta({"role": "assistant"})
     steps = int(REASONING_SECONDS / 0.1)
@@ -83,7 +87,23 @@ async def long_reasoning() -> AsyncIterator[bytes]:
         yield line
 
 
-SCRIPTS: dict[str, Callable[[], AsyncIterator[bytes]]] = {
+async def agent(body: Body) -> AsyncIterator[bytes]:
+    """A model an agent drives: asked, it calls both tools at once (vLLM's shape); given
+    their results, it answers with them."""
+    results = [str(m.get("content")) for m in body["messages"] if m.get("role") == "tool"]
+    if not results:
+        async for line in vllm_parallel_calls(body):
+            yield line
+        return
+    yield _delta({"role": "assistant", "content": ""})
+    for piece in _pieces(f"In Paris: {' and '.join(results)}.", 6):
+        yield _delta({"content": piece})
+    for line in _end("stop", 9):
+        yield line
+
+
+SCRIPTS: dict[str, Callable[[Body], AsyncIterator[bytes]]] = {
+    "agent": agent,
     "vllm-calls": vllm_parallel_calls,
     "openai-text-call": openai_text_then_call,
     "reasoning": reasoning_then_content,

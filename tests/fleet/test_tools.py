@@ -36,6 +36,7 @@ TIME = {
     "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
 }
 ASK = [{"role": "user", "content": "Weather and time in Paris?"}]
+SEARCH: Any = {"type": "function", "name": "search", "parameters": {"type": "object"}}
 
 
 @contextlib.asynccontextmanager
@@ -228,3 +229,42 @@ async def test_a_response_format_and_a_reasoning_effort_reach_the_upstream_as_se
                 response_format={"type": "json_object", **{"json_schema": schema["json_schema"]}},
             )
     assert refused.value.status_code == 400
+
+
+async def test_responses_stream_reasoning_text_and_calls_as_their_own_items(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    """Through /v1/responses: reasoning is an item of its own (reasoning_text deltas), then
+    the message."""
+    thinker = misbehaving("reasoning")
+    async with fleet([thinker.url]) as front, program(front) as client:
+        stream: Any = await client.responses.create(model=FLEET_MODEL, input="hi", stream=True)
+        events: list[Any] = [e async for e in stream]
+        whole = await client.responses.create(model=FLEET_MODEL, input="hi")
+    reasoning = "".join(getattr(e, "delta", "") for e in events if "reasoning_text.delta" in e.type)
+    assert reasoning == "The user greets me; I greet back."
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output_text == whole.output_text == "Hello to you."
+    assert [item.type for item in whole.output] == ["reasoning", "message"]
+
+
+async def test_responses_stream_text_then_a_call_as_two_items(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    caller = misbehaving("openai-text-call")
+    async with fleet([caller.url]) as front, program(front) as client:
+        stream = await client.responses.create(
+            model=FLEET_MODEL, input="find it", tools=[SEARCH], stream=True
+        )
+        events: list[Any] = [e async for e in stream]
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["message", "function_call"]
+    call: Any = final.output[1]
+    assert (call.call_id, call.name, call.arguments) == (
+        "call_Xy12",
+        "search",
+        '{"query":"parley streaming"}',
+    )
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert "".join(pieces) == call.arguments  # fragments may be joined on the way

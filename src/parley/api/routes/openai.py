@@ -54,7 +54,7 @@ from parley.store.schema import Run
 router = APIRouter(tags=["openai"])
 
 RUN_ID_HEADER = "x-parley-run-id"
-_STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 @router.get("/v1/models", response_model=ModelCardList, responses=errors(*AUTHED))
@@ -63,7 +63,7 @@ async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
     its context window."""
     models = svc.submitter.rules.allowed_models(who.tier)
     body = ModelCardList(data=[await _card(svc, m) for m in models])
-    return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
+    return JSONResponse(body.model_dump(mode="json"), headers=await rate_headers(svc, who))
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=errors(*AUTHED, 404))
@@ -72,7 +72,7 @@ async def get_model(model_id: str, who: PrincipalDep, svc: ServicesDep) -> JSONR
     if model_id not in svc.submitter.rules.allowed_models(who.tier):
         raise NotFound(f"The model `{model_id}` does not exist", code="model_not_found")
     body = await _card(svc, model_id)
-    return JSONResponse(body.model_dump(mode="json"), headers=await _rate_headers(svc, who))
+    return JSONResponse(body.model_dump(mode="json"), headers=await rate_headers(svc, who))
 
 
 async def _card(svc: Services, model: str) -> ModelCard:
@@ -82,7 +82,7 @@ async def _card(svc: Services, model: str) -> ModelCard:
     return ModelCard(id=model, capabilities=ModelCapabilities(**fields), context_window=window)
 
 
-_COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
+COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "With `stream: true`."},
     **errors(400, *AUTHED, 404, 413, 429, 503),
 }
@@ -91,7 +91,7 @@ _COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.post(
     "/v1/chat/completions",
     response_model=ChatCompletion,
-    responses=_COMPLETION_RESPONSES,
+    responses=COMPLETION_RESPONSES,
 )
 async def chat_completions(
     body: ChatCompletionRequest,
@@ -104,19 +104,21 @@ async def chat_completions(
 ) -> Response:
     """A chat completion: streamed as `chat.completion.chunk` events ending with
     `data: [DONE]` (`stream: true`), or whole. Closing the connection first cancels it."""
-    run = await _submit(svc, who, body, idempotency_key)  # refusals get their headers at the edge
-    headers = {**await _rate_headers(svc, who), RUN_ID_HEADER: run.id}
+    run = await submit_program(
+        svc, who, body, idempotency_key
+    )  # refusals get their headers at the edge
+    headers = {**await rate_headers(svc, who), RUN_ID_HEADER: run.id}
     batches = await svc.relay.batches(who, run.id, None, owned=True)
-    stop = _stopper(svc, who, run.id)
+    stop = stopper(svc, who, run.id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         writer = ChunkWriter(run.id, run.model, include_usage=include_usage)
         return StreamingResponse(
             _chunks(batches, writer, stop),
             media_type="text/event-stream",
-            headers={**_STREAM_HEADERS, **headers},
+            headers={**STREAM_HEADERS, **headers},
         )
-    answer = await _whole(request, batches, stop)
+    answer = await read_whole(request, batches, stop)
     if answer.error is not None:
         answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
         raise answer.error
@@ -126,7 +128,7 @@ async def chat_completions(
     return JSONResponse(out, headers=headers)
 
 
-async def _submit(
+async def submit_program(
     svc: Services, who: Principal, body: ChatCompletionRequest, key: str | None
 ) -> Run:
     """The run, with the submitter's refusals in OpenAI's terms: an unknown model is 404
@@ -138,14 +140,14 @@ async def _submit(
         raise kind(e.message, code=e.code, param=e.param, headers=e.headers) from None
 
 
-async def _rate_headers(svc: Services, who: Principal) -> dict[str, str]:
+async def rate_headers(svc: Services, who: Principal) -> dict[str, str]:
     return rate_limit_headers(await svc.budget.balance(who.user_id, who.tier))
 
 
 Stopper = Callable[[], Awaitable[None]]
 
 
-def _stopper(svc: Services, who: Principal, run_id: str) -> Stopper:
+def stopper(svc: Services, who: Principal, run_id: str) -> Stopper:
     """Cancels the run, even from a task being cancelled (the client has gone)."""
 
     async def stop() -> None:
@@ -210,7 +212,7 @@ def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, 
     return b"".join(out), False
 
 
-async def _whole(request: Request, batches: AsyncIterator[Batch], stop: Stopper) -> Answer:
+async def read_whole(request: Request, batches: AsyncIterator[Batch], stop: Stopper) -> Answer:
     """The run read to its end; if the client leaves first, the run is cancelled."""
     reading = asyncio.ensure_future(collect(batches))
     leaving = asyncio.ensure_future(_disconnected(request))
