@@ -22,6 +22,7 @@ from parley.config import Settings
 from parley.context.prompts import ChatContext
 from parley.context.retrieval import Retriever
 from parley.context.summaries import Summaries
+from parley.engines.embeddings import Embedder
 from parley.engines.interface import Engine
 from parley.engines.prompt_counts import BuiltinFiles
 from parley.engines.registry import (
@@ -72,6 +73,7 @@ class Services:
     parsing: ParsePool
     moderator: Moderator
     exports: Exports
+    embedder: Embedder
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
@@ -118,6 +120,7 @@ class Services:
             await self.summaries.close()
         await self.context.close()
         await self.moderator.close()
+        await self.embedder.close()
         if self.engine is not None:
             await self.engine.close()
         await self.bus.close()
@@ -292,6 +295,7 @@ def _assembled(
         parsing=ParsePool(settings.parsing),
         moderator=core.moderator,
         exports=Exports(db, archive, settings.portability, secret),
+        embedder=Embedder(settings.engines.embedding_models),
         engine=None if made is None else made[0],
         worker=None if made is None else made[1],
         summaries=None if made is None else made[2],

@@ -62,6 +62,7 @@ def fleet(tmp_path: Path) -> Fleet:
         weights: list[float] | None = None,
         extra_models: list[dict[str, Any]] | None = None,
         upstream_model: str = "parley-fake",
+        embedding_models: list[dict[str, Any]] | None = None,
         **upstream: Any,
     ) -> AsyncIterator[Front]:
         url = sqlite_url(tmp_path)
@@ -73,16 +74,19 @@ def fleet(tmp_path: Path) -> Fleet:
         settings = load_settings(
             database_url=url,
             data_dir=tmp_path,
-            models=[
-                {
-                    "name": FLEET_MODEL,
-                    "engine": "openai",
-                    "upstream_model": upstream_model,
-                    "replicas": replicas,
-                    "upstream": {**FAST_UPSTREAM, **upstream},
-                },
-                *(extra_models or []),
-            ],
+            engines={
+                "models": [
+                    {
+                        "name": FLEET_MODEL,
+                        "engine": "openai",
+                        "upstream_model": upstream_model,
+                        "replicas": replicas,
+                        "upstream": {**FAST_UPSTREAM, **upstream},
+                    },
+                    *(extra_models or []),
+                ],
+                "embedding_models": embedding_models or [],
+            },
             lease_seconds=5,
             sweep_interval_seconds=0.5,
             tiers=ROOMY_TIERS,

@@ -26,7 +26,10 @@ headers and JSON body of the last one.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import struct
 import sys
 from collections.abc import AsyncIterator
 
@@ -95,6 +98,11 @@ async def no_usage() -> AsyncIterator[bytes]:
         yield _raw([{"index": 0, "delta": {"content": text}, "finish_reason": finish}])
 
 
+def _vector(text: str, dimensions: int) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return [round(digest[i % len(digest)] / 255, 6) for i in range(dimensions)]
+
+
 def app(mode: str) -> Starlette:
     count: dict[str, object] = {
         "requests": 0,
@@ -143,6 +151,28 @@ def app(mode: str) -> Starlette:
             return StreamingResponse(script, media_type="text/event-stream")
         return StreamingResponse(stream(), media_type="text/event-stream")
 
+    async def embeddings(request: Request) -> Response:
+        """Vectors made from the texts (the same text, the same vector), in the encoding
+        asked for; its usage counts words."""
+        count["embeddings"] = int(str(count.get("embeddings", 0))) + 1
+        count["embeddings_body"] = body = json.loads(await request.body())
+        if mode == "error500":
+            return JSONResponse({"error": {"message": "the GPU caught fire"}}, status_code=500)
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        data = []
+        for i, text in enumerate(texts):
+            vector = _vector(str(text), int(body.get("dimensions") or 4))
+            if body.get("encoding_format") == "base64":
+                packed = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+                data.append({"object": "embedding", "index": i, "embedding": packed})
+            else:
+                data.append({"object": "embedding", "index": i, "embedding": vector})
+        words = sum(len(str(t).split()) for t in texts)
+        usage = {"prompt_tokens": words, "total_tokens": words}
+        return JSONResponse(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        )
+
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
@@ -153,6 +183,7 @@ def app(mode: str) -> Starlette:
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/count", counted),
         ]
     )

@@ -242,6 +242,21 @@ class ModelSettings(BaseModel):
         return self
 
 
+class EmbeddingModelSettings(BearerKey):
+    """A model that turns text into vectors (``POST /v1/embeddings``), served by a fleet of
+    OpenAI-compatible servers (vLLM, llama.cpp, Ollama, TEI, hosted)."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\s/][^\s]*$")
+    upstream_model: str | None = Field(
+        default=None, description="The name sent upstream; default: name."
+    )
+    replicas: list[ReplicaSettings] = Field(min_length=1)
+    timeout_seconds: float = Field(default=30, gt=0, description="For one request, whole.")
+    max_inputs: int = Field(default=2048, gt=0, description="Texts in one request, at most.")
+
+
 class EngineSettings(BaseModel):
     """The engines section (``[engines]``, ``PARLEY_ENGINES__…``; the former flat names
     ``engine``, ``models``, ``builtin_engine`` and ``fake_engine`` still read): the models
@@ -257,6 +272,9 @@ class EngineSettings(BaseModel):
         default_factory=list,
         description="The models served, the first the default; empty: one, of `kind`.",
     )
+    embedding_models: list[EmbeddingModelSettings] = Field(
+        default_factory=list, description="Models served at /v1/embeddings."
+    )
     builtin: BuiltinEngineSettings = Field(default_factory=BuiltinEngineSettings)
     fake: FakeEngineSettings = Field(default_factory=FakeEngineSettings)
 
@@ -264,7 +282,7 @@ class EngineSettings(BaseModel):
     def _models(self) -> EngineSettings:
         if not self.models and self.kind is EngineKind.OPENAI:
             raise ValueError("engine openai needs its replicas: configure it under `models`")
-        names = [m.name for m in self.models]
+        names = [m.name for m in self.models] + [m.name for m in self.embedding_models]
         if len(set(names)) != len(names):
             raise ValueError("two models have one name")
         for kind in (EngineKind.BUILTIN, EngineKind.FAKE):  # each runs in the process

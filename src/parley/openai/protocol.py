@@ -275,8 +275,38 @@ class ModelCard(_Lenient):
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "parley"
+    # parley's additions: what it is for, what it can do, the tokens it reads
+    task: Literal["chat", "embedding"] = "chat"
     capabilities: ModelCapabilities | None = None
     context_window: int | None = None  # the tokens it reads, prompt and answer
+
+
+Text = Annotated[str, Field(min_length=1)]
+Tokens = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+class EmbeddingsRequest(BaseModel):
+    """``POST /v1/embeddings``: every field of OpenAI's; one it does not name is kept in
+    ``model_extra`` and refused by name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    input: (
+        Text
+        | Annotated[list[Text], Field(min_length=1)]
+        | Tokens
+        | Annotated[list[Tokens], Field(min_length=1)]
+    )
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: Annotated[Integer, Field(gt=0)] | None = None
+    user: Annotated[str, Field(max_length=256)] | None = None
+
+    @property
+    def inputs(self) -> int:
+        """How many texts (or token lists) it asks to embed."""
+        items = self.input
+        return 1 if isinstance(items, str) or isinstance(items[0], int) else len(items)
 
 
 class ModelCardList(_Lenient):

@@ -78,16 +78,16 @@ class Budget:
 
     async def release(self, user_id: str, tier: str, reserved: int) -> None:
         """Give a whole reservation back (the run was never made)."""
-        await self._settle(user_id, tier, reserved, 0)
+        await self.settle(user_id, tier, reserved, 0)
 
     async def settle_run(self, run: Run, reserved: int | None) -> None:
         """Settle the reservation a run gave up to the tokens it used (nothing if None)."""
         if reserved is None:
             return
         used = (run.prompt_tokens or 0) + (run.completion_tokens or 0)
-        await self._settle(run.user_id, run.tier, reserved, used)
+        await self.settle(run.user_id, run.tier, reserved, used)
 
-    async def _settle(self, user_id: str, tier: str, reserved: int, used: int) -> None:
+    async def settle(self, user_id: str, tier: str, reserved: int, used: int) -> None:
         """Never raises: the run has ended either way; a failed settle is a lost refund."""
         try:
             await self._bus.settle_tokens(user_id, reserved, used, self.bucket(tier))

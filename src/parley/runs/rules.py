@@ -99,6 +99,10 @@ class Rules:
         tier = self._settings.tier(tier_name)
         return [m for m in self._models if _allows(tier, m)]
 
+    def allows(self, tier_name: str, model: str) -> bool:
+        """Whether a tier may use a model (any model: chat or embedding)."""
+        return _allows(self._settings.tier(tier_name), model)
+
     def check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
         model = asked or self._models[0]
         if model not in self._models:

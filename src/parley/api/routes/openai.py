@@ -59,20 +59,30 @@ STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 @router.get("/v1/models", response_model=ModelCardList, responses=errors(*AUTHED))
 async def list_models(who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
-    """The models your tier may use, in OpenAI's list shape, each with what it can do and
-    its context window."""
+    """The models your tier may use, in OpenAI's list shape: chat models with what they can
+    do and their context window, then embedding models (`task: embedding`)."""
     models = svc.submitter.rules.allowed_models(who.tier)
-    body = ModelCardList(data=[await _card(svc, m) for m in models])
+    cards = [await _card(svc, m) for m in models] + [
+        ModelCard(id=m, task="embedding") for m in _embedding_models(svc, who)
+    ]
+    body = ModelCardList(data=cards)
     return JSONResponse(body.model_dump(mode="json"), headers=await rate_headers(svc, who))
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=errors(*AUTHED, 404))
 async def get_model(model_id: str, who: PrincipalDep, svc: ServicesDep) -> JSONResponse:
     """One model your tier may use; 404 ``model_not_found`` for any other."""
-    if model_id not in svc.submitter.rules.allowed_models(who.tier):
+    if model_id in _embedding_models(svc, who):
+        body = ModelCard(id=model_id, task="embedding")
+    elif model_id in svc.submitter.rules.allowed_models(who.tier):
+        body = await _card(svc, model_id)
+    else:
         raise NotFound(f"The model `{model_id}` does not exist", code="model_not_found")
-    body = await _card(svc, model_id)
     return JSONResponse(body.model_dump(mode="json"), headers=await rate_headers(svc, who))
+
+
+def _embedding_models(svc: Services, who: Principal) -> list[str]:
+    return [m for m in svc.embedder.names() if svc.submitter.rules.allows(who.tier, m)]
 
 
 async def _card(svc: Services, model: str) -> ModelCard:
