@@ -110,8 +110,8 @@ def timed_step(engine: BuiltinEngine) -> dict[str, float]:
         core.scheduler.computed(chunk)
     t4 = time.perf_counter()
     seqs = [c.seq for c in plan.chunks]
-    tokens = runner.sample(logits, seqs)
-    events = [core._advance(s, t) for s, t in zip(seqs, tokens, strict=True)]
+    tokens, _ = runner.sample(logits, seqs)
+    events = [core._advance(s, t, None) for s, t in zip(seqs, tokens, strict=True)]
     t5 = time.perf_counter()
     engine._deliver(events)
     t6 = time.perf_counter()
@@ -138,8 +138,8 @@ def plain_step(engine: BuiltinEngine, around: AbstractContextManager[Any] | None
     for chunk in plan.chunks:
         core.scheduler.computed(chunk)
     seqs = [c.seq for c in plan.chunks]
-    tokens = runner.sample(logits, seqs)
-    engine._deliver([core._advance(s, t) for s, t in zip(seqs, tokens, strict=True)])
+    tokens, _ = runner.sample(logits, seqs)
+    engine._deliver([core._advance(s, t, None) for s, t in zip(seqs, tokens, strict=True)])
     return took
 
 

@@ -141,6 +141,36 @@ async def _min_p(post: Post) -> None:
     assert text(await post(temperature=1.8, seed=1, min_p=1.0)) == text(await post())
 
 
+async def _logprobs(post: Post) -> None:
+    """Each token's log probability; greedy, the token said is the likeliest one."""
+    r = await post(logprobs=True, top_logprobs=3, max_tokens=5)
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == 5
+    for token in content:
+        top = token["top_logprobs"]
+        assert len(top) == 3 and token["logprob"] <= 0
+        assert [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True)
+        assert (top[0]["token"], top[0]["logprob"]) == (token["token"], token["logprob"])
+        assert bytes(token["bytes"]).decode("utf-8", "replace") == token["token"]
+    assert (await post()).json()["choices"][0].get("logprobs") is None
+    streamed = await post(logprobs=True, max_tokens=5, stream=True)
+    data = [
+        json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")
+    ]
+    pieces = [
+        p for d in data for p in ((d["choices"][0].get("logprobs") or {}).get("content") or [])
+    ]
+    assert [p["token"] for p in pieces] == [t["token"] for t in content]
+    assert all(p["top_logprobs"] == [] for p in pieces)
+
+
+async def _top_logprobs(post: Post) -> None:
+    r = await post(logprobs=True, top_logprobs=0, max_tokens=2)
+    assert [t["top_logprobs"] for t in r.json()["choices"][0]["logprobs"]["content"]] == [[], []]
+    r = await post(logprobs=True, top_logprobs=5, max_tokens=2)
+    assert [len(t["top_logprobs"]) for t in r.json()["choices"][0]["logprobs"]["content"]] == [5, 5]
+
+
 async def _stream(post: Post) -> None:
     r = await post(stream=True)
     assert r.headers["content-type"].startswith("text/event-stream")
@@ -298,6 +328,8 @@ HONOURED: dict[str, Callable[[Post], Awaitable[None]]] = {
     "user": _identifiers,
     "response_format": _response_format,
     "safety_identifier": _identifiers,
+    "logprobs": _logprobs,
+    "top_logprobs": _top_logprobs,
     "tools": _tools,
     "tool_choice": _tool_choice,
     "parallel_tool_calls": _parallel_tool_calls,
@@ -309,8 +341,6 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
 REFUSED: dict[str, Any] = {
     "functions": [{"name": "f", "parameters": {}}],
     "function_call": "auto",
-    "logprobs": True,
-    "top_logprobs": 2,
     "reasoning_effort": "low",
     "verbosity": "low",
     "modalities": ["text", "audio"],
@@ -351,6 +381,8 @@ async def test_a_field_parley_cannot_honour_is_refused_by_name(post: Post, field
         ({"repetition_penalty": 1.1}, "repetition_penalty"),  # a vendor's, not honoured
         ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
         ({"n": 2}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id"),
         ({"messages": [{"role": "user", "content": "x", "name": "ada"}]}, "messages.0.name"),
         ({"messages": [{"role": "user", "content": "x", "weight": 1}]}, "messages.0.weight"),

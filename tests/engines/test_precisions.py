@@ -8,6 +8,7 @@ import dataclasses
 import gc
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,7 +78,7 @@ def run_traced(
     logits: dict[str, list[torch.Tensor]] = {s.seq_id: [] for s in seqs}
     sample = c.runner.sample
 
-    def traced(rows: torch.Tensor, sampled: list[Sequence]) -> list[int]:
+    def traced(rows: torch.Tensor, sampled: list[Sequence]) -> tuple[list[int], dict[int, Any]]:
         for row, s in zip(rows, sampled, strict=True):
             logits.setdefault(s.seq_id, []).append(row.clone())
         return sample(rows, sampled)

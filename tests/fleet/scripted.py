@@ -87,6 +87,27 @@ async def long_reasoning(body: Body) -> AsyncIterator[bytes]:
         yield line
 
 
+async def with_logprobs(body: Body) -> AsyncIterator[bytes]:
+    """Content with each token's log probability (OpenAI's ``logprobs.content``), as many
+    alternatives as asked."""
+    yield _delta({"role": "assistant", "content": ""})
+    top = int(body.get("top_logprobs") or 0)
+    for i, token in enumerate(["Hel", "lo", "!"]):
+        alternatives = [
+            {"token": f"{token}{k}", "logprob": -1.0 - k - i, "bytes": [72 + k]} for k in range(top)
+        ]
+        item = {
+            "token": token,
+            "logprob": -0.5 - i,
+            "bytes": list(token.encode()),
+            "top_logprobs": alternatives,
+        }
+        choice = {"index": 0, "delta": {"content": token}, "logprobs": {"content": [item]}}
+        yield _raw([{**choice, "finish_reason": None}])
+    for line in _end("stop", 3):
+        yield line
+
+
 async def agent(body: Body) -> AsyncIterator[bytes]:
     """A model an agent drives: asked, it calls both tools at once (vLLM's shape); given
     their results, it answers with them."""
@@ -104,6 +125,7 @@ async def agent(body: Body) -> AsyncIterator[bytes]:
 
 SCRIPTS: dict[str, Callable[[Body], AsyncIterator[bytes]]] = {
     "agent": agent,
+    "logprobs": with_logprobs,
     "vllm-calls": vllm_parallel_calls,
     "openai-text-call": openai_text_then_call,
     "reasoning": reasoning_then_content,

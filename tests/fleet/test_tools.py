@@ -268,3 +268,30 @@ async def test_responses_stream_text_then_a_call_as_two_items(
     )
     pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     assert "".join(pieces) == call.arguments  # fragments may be joined on the way
+
+
+async def test_log_probabilities_are_asked_of_the_upstream_and_relayed(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
+) -> None:
+    server = misbehaving("logprobs")
+    async with fleet([server.url]) as front, program(front) as client:
+        done = await whole(client, messages=ASK, logprobs=True, top_logprobs=2)
+        sent = server.last_body()
+        chunks = await streamed(client, messages=ASK, logprobs=True)
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+    choice = done.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    assert [(t.token, t.logprob, t.bytes) for t in content] == [
+        ("Hel", -0.5, [72, 101, 108]),
+        ("lo", -1.5, [108, 111]),
+        ("!", -2.5, [33]),
+    ]
+    assert [len(t.top_logprobs) for t in content] == [2, 2, 2]
+    pieces = [
+        t
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
+        for t in c.choices[0].logprobs.content or []
+    ]
+    assert [t.token for t in pieces] == ["Hel", "lo", "!"]

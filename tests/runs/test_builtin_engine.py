@@ -199,7 +199,7 @@ async def test_an_answer_cut_inside_a_character_never_ends_in_a_broken_one(
     answer = engine.tokenizer.encode("ok 🍕")
     assert len(answer) == 7  # byte-level: o, k, space and the four bytes of the emoji
     runner = engine.core.runner
-    runner.sample = lambda _, seqs: [answer[len(s.output)] for s in seqs]  # type: ignore[method-assign,assignment]
+    runner.sample = lambda _, seqs: ([answer[len(s.output)] for s in seqs], {})  # type: ignore[method-assign,assignment]
     chat_id = await new_chat(run_client, auth)
     seen = [ev async for ev, _ in _stream(run_client, auth, chat_id, "hi", max_tokens=5)]
     assert seen[-1].data["finish_reason"] == "length"

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from parley.bus.interface import StreamEntry
 from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, FinishReason, RunStatus
@@ -25,6 +26,7 @@ from parley.openai.protocol import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionRequest,
+    ChoiceLogprobs,
     CompletionChoice,
     CompletionUsage,
     sse_data,
@@ -34,6 +36,7 @@ from parley.runs.events import (
     DeltaEvent,
     DoneEvent,
     ErrorEvent,
+    LogprobsEvent,
     Ping,
     ReasoningEvent,
     StreamEvent,
@@ -92,6 +95,7 @@ class Answer:
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: list[ToolCallDelta] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] | None = None  # when asked for: each token's
     finish_reason: str | None = None
     usage: CompletionUsage = field(default_factory=CompletionUsage)
     error: ParleyError | None = None
@@ -111,6 +115,8 @@ class Answer:
                 self.reasoning.append(text)
             case ToolCallEvent(index=index, id=id_, name=name, arguments=arguments):
                 self.calls.append(ToolCallDelta(index, id_, name, arguments))
+            case LogprobsEvent(content=content):
+                self.logprobs = (self.logprobs or []) + content
             case ErrorEvent(code=code) if code in MODERATED:
                 pass  # an answer moderation stopped ends as OpenAI's do: "content_filter"
             case ErrorEvent(code=code, message=message):
@@ -154,7 +160,15 @@ def completion(run_id: str, model: str, created: int, answer: Answer) -> ChatCom
         id=completion_id(run_id),
         created=created,
         model=model,
-        choices=[CompletionChoice(message=message(answer), finish_reason=answer.finish_reason)],
+        choices=[
+            CompletionChoice(
+                message=message(answer),
+                finish_reason=answer.finish_reason,
+                logprobs=None
+                if answer.logprobs is None
+                else ChoiceLogprobs(content=answer.logprobs),
+            )
+        ],
         usage=answer.usage,
     )
 
@@ -187,11 +201,15 @@ class ChunkWriter:
             '[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]'
         )
 
-    def content(self, text: str) -> bytes:
+    def content(self, text: str, logprobs: list[dict[str, Any]] | None = None) -> bytes:
+        """More of the answer (and its tokens' log probabilities, when asked for)."""
+        probs = "" if logprobs is None else ',"logprobs":' + json.dumps({"content": logprobs})
         return self._event(
             '[{"index":0,"delta":{"content":'
             + json.dumps(text, ensure_ascii=False)
-            + '},"finish_reason":null}]'
+            + '},"finish_reason":null'
+            + probs
+            + "}]"
         )
 
     def reasoning(self, text: str) -> bytes:

@@ -267,67 +267,41 @@ class ResponseEvents:
         """The done events of the item being written."""
         kind, text = self._open, "".join(self._text)
         self._open = None
-        index, run = self._index, self.run_id
-        if kind == "message":
-            part = _text_part(text)
-            item_id = f"msg_{run}"
-            return (
-                self._event(
-                    "response.output_text.done",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    text=text,
-                    logprobs=[],
-                )
-                + self._event(
-                    "response.content_part.done",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    part=part,
-                )
-                + self._event(
-                    "response.output_item.done",
-                    output_index=index,
-                    item=message_item(run, text, "completed"),
-                )
-            )
-        if kind == "reasoning":
-            item_id = f"rs_{run}"
-            part = {"type": "reasoning_text", "text": text}
-            return (
-                self._event(
-                    "response.reasoning_text.done",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    text=text,
-                )
-                + self._event(
-                    "response.content_part.done",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    part=part,
-                )
-                + self._event(
-                    "response.output_item.done",
-                    output_index=index,
-                    item=reasoning_item(run, text, "completed"),
-                )
-            )
         if kind == "call":
-            call_index, call_id, name = self._call
-            item = call_item(run, call_index, call_id, name, text, "completed")
-            return self._event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=name,
-                arguments=text,
-            ) + self._event("response.output_item.done", output_index=index, item=item)
-        return b""
+            return self._close_call(text)
+        return b"" if kind is None else self._close_part(kind, text)
+
+    def _close_part(self, kind: str, text: str) -> bytes:
+        index, run = self._index, self.run_id
+        extra: Json = {}
+        if kind == "message":
+            item_id, part, item = (
+                f"msg_{run}",
+                _text_part(text),
+                message_item(run, text, "completed"),
+            )
+            done, extra = "response.output_text.done", {"logprobs": []}
+        else:
+            item_id, item = f"rs_{run}", reasoning_item(run, text, "completed")
+            part, done = {"type": "reasoning_text", "text": text}, "response.reasoning_text.done"
+        where: Json = {"item_id": item_id, "output_index": index, "content_index": 0}
+        return (
+            self._event(done, **where, text=text, **extra)
+            + self._event("response.content_part.done", **where, part=part)
+            + self._event("response.output_item.done", output_index=index, item=item)
+        )
+
+    def _close_call(self, arguments: str) -> bytes:
+        call_index, call_id, name = self._call
+        item = call_item(self.run_id, call_index, call_id, name, arguments, "completed")
+        index = self._index
+        return self._event(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=index,
+            name=name,
+            arguments=arguments,
+        ) + self._event("response.output_item.done", output_index=index, item=item)
 
     def _end(self) -> bytes:
         whole = response(self.run_id, self.model, self.created, self.settings, self.answer)

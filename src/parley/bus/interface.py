@@ -18,6 +18,7 @@ class EventKind(StrEnum):
     DELTA = "delta"
     REASONING = "reasoning"
     TOOL_CALL = "tool_call"
+    LOGPROBS = "logprobs"
     ERROR = "error"
     DONE = "done"
 
@@ -353,8 +354,7 @@ class AttemptThrottles(Protocol):
 
 
 class WriteMarks(Protocol):
-    """The bus's section for recent writes per user (read-your-writes with replicas:
-    store/routing.py)."""
+    """The bus's section for recent writes per user (read-your-writes: store/routing.py)."""
 
     async def mark_write(self, user_id: str, *, ttl: float) -> None:
         """The user wrote: ``wrote_recently`` is True for at least ``ttl`` s from now."""

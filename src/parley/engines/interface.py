@@ -57,6 +57,37 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TopLogprob:
+    """A token the model could have said at a place, and its log probability."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+
+    def wire(self) -> dict[str, object]:
+        return {"token": self.token, "logprob": self.logprob, "bytes": list(self.bytes)}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A token of the answer, its log probability, and the likeliest at its place."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...] = ()
+
+    def wire(self) -> dict[str, object]:
+        """As OpenAI's ``logprobs.content`` holds it."""
+        return {
+            "token": self.token,
+            "logprob": self.logprob,
+            "bytes": list(self.bytes),
+            "top_logprobs": [t.wire() for t in self.top],
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """New text and the number of output tokens it holds; the last one has a finish_reason.
     A model that reasons says so apart from its answer (``reasoning``), and a model that
@@ -69,6 +100,7 @@ class Delta:
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
     reasoning: str = ""
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()  # when asked: one per token of ``text``
 
 
 def joined_deltas(deltas: list[Delta]) -> Delta:
@@ -81,6 +113,7 @@ def joined_deltas(deltas: list[Delta]) -> Delta:
         sum(d.tokens for d in deltas),
         reasoning="".join(d.reasoning for d in deltas),
         tool_calls=merged([c for d in deltas for c in d.tool_calls]),
+        logprobs=tuple(p for d in deltas for p in d.logprobs),
     )
 
 

@@ -41,9 +41,13 @@ class Capabilities:
     structured_output: bool = False
     reasoning: bool = False
     vision: bool = False
-    logprobs: bool = False
     # the sampling parameters it honours (``engines/sampling.SamplingParams``' field names)
     sampling: frozenset[str] = BASIC
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether it gives the answer's log probabilities (a sampling parameter)."""
+        return "logprobs" in self.sampling
 
 
 def unable(

@@ -43,6 +43,17 @@ class SamplingParams(BaseModel):
     min_p: Annotated[float, Field(ge=0, le=1)] | None = Field(
         None, description="Only tokens at least this fraction as likely as the likeliest."
     )
+    logprobs: bool | None = Field(
+        None, description="Each output token's log probability comes with it (OpenAI's)."
+    )
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(
+        None, description="And that many likeliest tokens at its place, with theirs."
+    )
+
+    @property
+    def logprob_count(self) -> int | None:
+        """None: no log probabilities asked; else how many alternatives a token comes with."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def to_json(self) -> str:
         """As a run stores it: only what is set."""

@@ -40,6 +40,7 @@ from parley.engines.interface import (
     EngineRefusedRequest,
     EngineState,
     GenerationRequest,
+    TokenLogprob,
 )
 from parley.engines.kinds import Capabilities, unable
 from parley.engines.stats import engine_stats
@@ -51,6 +52,7 @@ from parley.openai.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChoiceLogprobs,
     ChunkChoice,
     ChunkDelta,
     ChunkFunction,
@@ -287,6 +289,7 @@ class EngineServer:
                             content=delta.text or None,
                             tool_calls=[_chunk_call(c) for c in delta.tool_calls] or None,
                         ),
+                        logprobs=_logprobs(list(delta.logprobs)),
                         finish_reason=answer.finish if delta.finish_reason else None,
                     )
                     role_sent = True
@@ -313,11 +316,13 @@ class EngineServer:
         answer = _Answer()
         text: list[str] = []
         calls: list[ToolCallDelta] = []
+        probs: list[TokenLogprob] = []
         try:
             async for delta in _prepend(first, rest):
                 answer.take(delta)
                 text.append(delta.text)
                 calls += delta.tool_calls
+                probs += delta.logprobs
         except EngineError as e:
             return _engine_error(e)
         finally:
@@ -332,6 +337,7 @@ class EngineServer:
                         tool_calls=[c.wire() for c in assembled(calls)] or None,
                     ),
                     finish_reason=answer.finish,
+                    logprobs=_logprobs(probs),
                 )
             ],
             usage=answer.usage,
@@ -343,6 +349,10 @@ def _message(m: WireMessage) -> ChatMessage:
     calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
     role = "system" if m.role == "developer" else m.role
     return ChatMessage(role, m.text, calls, m.tool_call_id)
+
+
+def _logprobs(probs: list[TokenLogprob]) -> ChoiceLogprobs | None:
+    return ChoiceLogprobs(content=[p.wire() for p in probs]) if probs else None
 
 
 def _chunk_call(call: ToolCallDelta) -> ChunkToolCall:

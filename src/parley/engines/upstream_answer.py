@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -21,12 +22,20 @@ from parley.engines.interface import (
     EngineError,
     EngineUnavailable,
     FinishReason,
+    TokenLogprob,
+    TopLogprob,
     UpstreamBroken,
     joined_deltas,
 )
 from parley.engines.settings import UpstreamSettings
 from parley.engines.tools import ToolCallDelta
-from parley.openai.protocol import DONE, ChatCompletionChunk, ChunkDelta, error_message
+from parley.openai.protocol import (
+    DONE,
+    ChatCompletionChunk,
+    ChoiceLogprobs,
+    ChunkDelta,
+    error_message,
+)
 
 _FINISH = {
     "stop": FinishReason.STOP,
@@ -148,7 +157,7 @@ class AnswerReader:
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
-            delta = _delta(choice.delta)
+            delta = _delta(choice.delta, choice.logprobs)
             if delta is not None:  # the first of reasoning, text or a call starts the answer
                 tally.tokens += 1
                 out.append(delta)
@@ -198,9 +207,10 @@ class AnswerReader:
         )
 
 
-def _delta(chunk: ChunkDelta) -> Delta | None:
-    """One chunk's content, reasoning and call fragments as a delta of one token; None when
-    it carries none (a role-only chunk, a finish or usage chunk)."""
+def _delta(chunk: ChunkDelta, logprobs: ChoiceLogprobs | None = None) -> Delta | None:
+    """One chunk's content, reasoning and call fragments (and its tokens' log probabilities,
+    when asked for) as a delta of one token; None when it carries none (a role-only chunk,
+    a finish or usage chunk)."""
     calls = tuple(
         ToolCallDelta(
             c.index,
@@ -213,7 +223,21 @@ def _delta(chunk: ChunkDelta) -> Delta | None:
     text, reasoning = chunk.content or "", chunk.reasoning_text
     if not (text or reasoning or calls):
         return None
-    return Delta(text, 1, reasoning=reasoning, tool_calls=calls)
+    probs = tuple(_logprob(p) for p in (logprobs.content or ())) if logprobs else ()
+    return Delta(text, 1, reasoning=reasoning, tool_calls=calls, logprobs=probs)
+
+
+def _logprob(item: dict[str, Any]) -> TokenLogprob:
+    """One of a server's ``logprobs.content`` items (lenient: what it leaves out is empty)."""
+    top = tuple(
+        TopLogprob(
+            str(t.get("token", "")), float(t.get("logprob", 0.0)), tuple(t.get("bytes") or ())
+        )
+        for t in item.get("top_logprobs") or ()
+        if isinstance(t, dict)
+    )
+    raw = tuple(item.get("bytes") or ())
+    return TokenLogprob(str(item.get("token", "")), float(item.get("logprob", 0.0)), raw, top)
 
 
 def joined(read: list[Delta]) -> Delta | None:

@@ -26,8 +26,6 @@ def _set(name: str) -> Check:
 NOT_YET: dict[str, tuple[Check, str]] = {
     "functions": (lambda b: bool(b.functions), "functions are not supported yet"),
     "function_call": (_set("function_call"), "function_call is not supported yet"),
-    "logprobs": (lambda b: bool(b.logprobs), "logprobs are not supported yet"),
-    "top_logprobs": (_set("top_logprobs"), "top_logprobs are not supported yet"),
     "verbosity": (_set("verbosity"), "verbosity is not supported"),
     "modalities": (
         lambda b: b.modalities is not None and b.modalities != ["text"],
@@ -64,6 +62,8 @@ def _combination(body: ChatCompletionRequest) -> tuple[str, str] | None:
         return "n", "only n = 1 is supported"
     if body.stream_options is not None and not body.stream:
         return "stream_options", "stream_options is only allowed when stream is true"
+    if body.top_logprobs is not None and not body.logprobs:
+        return "top_logprobs", "top_logprobs is only allowed when logprobs is true"
     if len(body.stop_strings) > 4:
         return "stop", "at most 4 stop sequences"
     return None

@@ -11,7 +11,7 @@ carries only the fields it sets.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -133,7 +133,7 @@ class ChatCompletionRequest(BaseModel):
     functions: list[object] | None = None
     function_call: str | dict[str, object] | None = None
     logprobs: Flag | None = None
-    top_logprobs: Integer | None = None
+    top_logprobs: Annotated[Integer, Field(ge=0, le=20)] | None = None
     response_format: ResponseFormat | None = None
     reasoning_effort: Effort | None = None
     verbosity: str | None = None
@@ -182,6 +182,8 @@ class ChatCompletionRequest(BaseModel):
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()} or None,
             top_k=None if self.top_k in (None, -1, 0) else self.top_k,
             min_p=self.min_p or None,
+            logprobs=self.logprobs or None,
+            top_logprobs=self.top_logprobs if self.logprobs else None,
         )
 
 
@@ -223,10 +225,17 @@ class ChunkDelta(_Lenient):
         return self.reasoning_content or self.reasoning or ""
 
 
+class ChoiceLogprobs(_Lenient):
+    """A choice's ``logprobs``: its tokens', as ``engines.interface.TokenLogprob.wire``."""
+
+    content: list[dict[str, Any]] | None = None
+
+
 class ChunkChoice(_Lenient):
     index: int = 0
     delta: ChunkDelta = Field(default_factory=ChunkDelta)
     finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(_Lenient):
@@ -249,6 +258,7 @@ class CompletionChoice(_Lenient):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(_Lenient):

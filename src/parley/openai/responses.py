@@ -268,43 +268,34 @@ def _take_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
         _known(item, MESSAGE_FIELDS, where)
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
-            raise Refused(
-                f"{where}.role",
-                f"a message's role is user, assistant, system or developer, not {role!r}",
-            )
+            raise Refused(f"{where}.role", f"a message's role is not {role!r}")
         messages.append({"role": role, "content": _text(item.get("content"), f"{where}.content")})
     elif kind == "function_call":
         _known(item, CALL_FIELDS, where)
-        call = {
-            "id": _string(item, "call_id", where),
-            "type": "function",
-            "function": {
-                "name": _string(item, "name", where),
-                "arguments": _string(item, "arguments", where),
-            },
-        }
-        last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-            last["tool_calls"].append(call)
-        elif last is not None and last["role"] == "assistant" and not last.get("tool_calls"):
-            last["tool_calls"] = [call]
-        else:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        _take_call(messages, item, where)
     elif kind == "function_call_output":
         _known(item, OUTPUT_FIELDS, where)
         output = _text(item.get("output"), f"{where}.output")
-        messages.append(
-            {"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": output}
-        )
-    elif kind == "reasoning":
-        return  # a model's reasoning is never fed back
+        call_id = _string(item, "call_id", where)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    elif kind != "reasoning":  # a model's reasoning is never fed back
+        why = f" ({STATELESS})" if kind == "item_reference" else ""
+        raise Refused(f"{where}.type", f"input items of type {kind!r} are not supported{why}")
+
+
+def _take_call(messages: list[dict[str, Any]], item: Item, where: str) -> None:
+    """A call joins the assistant message before it (its text, its other calls), or makes
+    one."""
+    function = {
+        "name": _string(item, "name", where),
+        "arguments": _string(item, "arguments", where),
+    }
+    call = {"id": _string(item, "call_id", where), "type": "function", "function": function}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant":
+        last.setdefault("tool_calls", []).append(call)
     else:
-        raise Refused(
-            f"{where}.type",
-            f"input items of type {kind!r} are not supported ({STATELESS})"
-            if kind == "item_reference"
-            else f"input items of type {kind!r} are not supported",
-        )
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def _known(item: Item, fields: set[str], where: str) -> None:

@@ -86,6 +86,15 @@ class ToolCallEvent(_Event):
     tokens: int = 0
 
 
+class LogprobsEvent(_Event):
+    """`event: logprobs`: the log probabilities of the answer's tokens just sent, when the
+    request asked for them (`logprobs`): each token, its log probability and bytes, and the
+    likeliest tokens at its place (OpenAI's `logprobs.content` items)."""
+
+    kind: ClassVar[EventKind] = EventKind.LOGPROBS
+    content: list[dict[str, Any]]
+
+
 class ErrorEvent(_Event):
     """`event: error`: why the run failed or was rejected; `done` follows. Without an id and
     with `retry_after`, the stream itself was cut (`dependency_unavailable`): resume it from
@@ -108,10 +117,26 @@ class DoneEvent(_Event):
     usage: Usage
 
 
-StreamEvent = StatusEvent | DeltaEvent | ReasoningEvent | ToolCallEvent | ErrorEvent | DoneEvent
+StreamEvent = (
+    StatusEvent
+    | DeltaEvent
+    | ReasoningEvent
+    | ToolCallEvent
+    | LogprobsEvent
+    | ErrorEvent
+    | DoneEvent
+)
 EVENT_TYPES: Final[dict[EventKind, type[StreamEvent]]] = {
     t.kind: t
-    for t in (StatusEvent, DeltaEvent, ReasoningEvent, ToolCallEvent, ErrorEvent, DoneEvent)
+    for t in (
+        StatusEvent,
+        DeltaEvent,
+        ReasoningEvent,
+        ToolCallEvent,
+        LogprobsEvent,
+        ErrorEvent,
+        DoneEvent,
+    )
 }
 KINDS: Final = tuple(kind.value for kind in EVENT_TYPES)
 
@@ -173,7 +198,7 @@ def delta_events(delta: Delta) -> list[RunEvent]:
     """An engine's delta as the stream's events, in order: reasoning, text, call fragments;
     its tokens counted on the first. A plain text delta (nearly every one) is one event,
     built once."""
-    if not (delta.reasoning or delta.tool_calls):
+    if not (delta.reasoning or delta.tool_calls or delta.logprobs):
         if not (delta.text or delta.tokens):
             return []
         return [encode(DeltaEvent(text=delta.text, tokens=delta.tokens))]
@@ -182,9 +207,11 @@ def delta_events(delta: Delta) -> list[RunEvent]:
     if delta.reasoning:
         events.append(ReasoningEvent(text=delta.reasoning, tokens=tokens))
         tokens = 0
-    if delta.text:
+    if delta.text or (delta.logprobs and not delta.tool_calls):
         events.append(DeltaEvent(text=delta.text, tokens=tokens))
         tokens = 0
+    if delta.logprobs:
+        events.append(LogprobsEvent(content=[p.wire() for p in delta.logprobs]))
     for c in delta.tool_calls:
         events.append(
             ToolCallEvent(index=c.index, id=c.id, name=c.name, arguments=c.arguments, tokens=tokens)

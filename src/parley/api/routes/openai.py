@@ -42,6 +42,7 @@ from parley.runs import cancel as cancelling
 from parley.runs.events import (
     Batch,
     DeltaEvent,
+    LogprobsEvent,
     Ping,
     ReasoningEvent,
     ToolCallEvent,
@@ -191,11 +192,13 @@ def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, 
     """One batch of entries as SSE bytes, and whether it held the run's ``done``."""
     out: list[bytes] = []
     texts: list[str] = []
+    probs: list[dict[str, Any]] = []
 
     def flush() -> None:
-        if texts:
-            out.append(writer.content("".join(texts)))
+        if texts or probs:
+            out.append(writer.content("".join(texts), list(probs) if probs else None))
             texts.clear()
+            probs.clear()
 
     for entry in batch:
         if isinstance(entry, Ping):
@@ -212,6 +215,8 @@ def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, 
             out.append(writer.error(answer.error))
         elif isinstance(event, DeltaEvent) and event.text:
             texts.append(event.text)
+        elif isinstance(event, LogprobsEvent):
+            probs.extend(event.content)
         elif isinstance(event, ReasoningEvent) and event.text:
             flush()
             out.append(writer.reasoning(event.text))

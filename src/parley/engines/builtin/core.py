@@ -15,6 +15,7 @@ from parley.engines.builtin.block_manager import BlockManager
 from parley.engines.builtin.grammar import Grammars
 from parley.engines.builtin.model import LlamaModel
 from parley.engines.builtin.runner import ModelRunner
+from parley.engines.builtin.sampler import Sampled
 from parley.engines.builtin.scheduler import Scheduler
 from parley.engines.builtin.sequence import Sequence
 from parley.engines.interface import EngineError, FinishReason
@@ -29,6 +30,7 @@ class TokenEvent:
     token: int | None
     finish: FinishReason | None
     error: EngineError | None = None
+    logprob: Sampled | None = None  # when the sequence asked for log probabilities
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +98,17 @@ class EngineCore:
             self.scheduler.computed(chunk)
         sampling = [c.seq for c in plan.chunks if c.sample]
         if sampling:
-            tokens = self.runner.sample(logits, sampling)
-            events += [self._advance(s, t) for s, t in zip(sampling, tokens, strict=True)]
+            tokens, logprobs = self.runner.sample(logits, sampling)
+            events += [
+                self._advance(s, t, logprobs.get(i))
+                for i, (s, t) in enumerate(zip(sampling, tokens, strict=True))
+            ]
         self.last_step = StepStats(
             plan.num_tokens, len({c.seq.seq_id for c in plan.chunks}), time.perf_counter() - started
         )
         return events
 
-    def _advance(self, seq: Sequence, token: int) -> TokenEvent:
+    def _advance(self, seq: Sequence, token: int, logprob: Sampled | None) -> TokenEvent:
         seq.output.append(token)
         finish = None
         if token in self.eos:
@@ -112,7 +117,7 @@ class EngineCore:
             finish = FinishReason.LENGTH
         if finish is not None:
             self._retire(seq)
-        return TokenEvent(seq, token, finish)
+        return TokenEvent(seq, token, finish, logprob=logprob)
 
     def _retire(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)

@@ -151,6 +151,7 @@ class BuiltinEngine:
             top_k=sampling.top_k or 0,
             min_p=sampling.min_p or 0.0,
             grammar=compile_grammar(request.output),
+            logprobs=sampling.logprob_count,
         )
 
     def _bias(self, bias: dict[int, float] | None) -> tuple[tuple[int, float], ...]:

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from parley.engines.builtin.core import TokenEvent
 from parley.engines.builtin.sequence import Sequence
 from parley.engines.builtin.tokenizer import StreamDecoder, TextTokenizer
-from parley.engines.interface import ContextLengthExceeded, Delta, EngineError, FinishReason
+from parley.engines.interface import (
+    ContextLengthExceeded,
+    Delta,
+    EngineError,
+    FinishReason,
+    TokenLogprob,
+    TopLogprob,
+)
 
 
 @dataclass(slots=True)
@@ -122,7 +129,25 @@ class OutputProcessor:
         if finish is not None:
             request.finished = True
         tokens = 1 if event.token is not None else 0
-        return Delta(text, tokens, finish, prompt_tokens, cached)
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if event.logprob is not None and event.token is not None:
+            logprobs = (self._logprob(event.token, *event.logprob),)
+        return Delta(text, tokens, finish, prompt_tokens, cached, logprobs=logprobs)
+
+    def _logprob(
+        self, token: int, logprob: float, top: tuple[tuple[int, float], ...]
+    ) -> TokenLogprob:
+        """A sampled token's log probability, its text and bytes, and its alternatives'."""
+        alternatives = []
+        for other, p in top:
+            text, raw = self._spelled(other)
+            alternatives.append(TopLogprob(text, p, raw))
+        text, raw = self._spelled(token)
+        return TokenLogprob(text, logprob, raw, tuple(alternatives))
+
+    def _spelled(self, token: int) -> tuple[str, tuple[int, ...]]:
+        raw = self._tokenizer.token_bytes(token)
+        return raw.decode("utf-8", errors="replace"), tuple(raw)
 
     def _text(self, request: _Request, event: TokenEvent) -> tuple[str, FinishReason | None]:
         """The text to send now (stop strings applied) and the request's finish, if any."""

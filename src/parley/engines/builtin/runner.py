@@ -23,7 +23,7 @@ from parley.engines.builtin.model import (
     Rotary,
     allocate_kv_cache,
 )
-from parley.engines.builtin.sampler import sample_batch
+from parley.engines.builtin.sampler import Sampled, logprobs_of, sample_batch
 from parley.engines.builtin.scheduler import Chunk
 from parley.engines.builtin.sequence import Sequence
 
@@ -52,7 +52,10 @@ class ModelRunner:
         layout, input_ids = self.layout(chunks)
         return self.model(input_ids, layout, self.kv_cache)
 
-    def sample(self, logits: Tensor, seqs: list[Sequence]) -> list[int]:
+    def sample(self, logits: Tensor, seqs: list[Sequence]) -> tuple[list[int], dict[int, Sampled]]:
+        """Each row's token, and the log probabilities of the rows that ask for them."""
+        asked = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+        raw = torch.log_softmax(logits[asked], dim=-1) if asked else None
         shape_logits(logits, seqs)
         if self.grammars is not None:
             self.grammars.mask(logits, seqs)
@@ -60,7 +63,10 @@ class ModelRunner:
         tokens = sample_batch(logits, [s.params for s in seqs], gens)
         if self.grammars is not None:
             self.grammars.advance(seqs, tokens)
-        return tokens
+        if raw is None:
+            return tokens, {}
+        counts = [seqs[i].params.logprobs or 0 for i in asked]
+        return tokens, logprobs_of(raw, asked, tokens, counts)
 
     def add(self, seq: Sequence) -> None:
         if seq.params.seed is not None:

@@ -31,6 +31,29 @@ def sample_batch(
     return [int(t) for t in tokens.tolist()]
 
 
+# a sampled token's log probability, and the likeliest tokens' (id, log probability)
+Sampled = tuple[float, tuple[tuple[int, float], ...]]
+
+
+def logprobs_of(
+    raw: Tensor, rows: list[int], tokens: list[int], counts: list[int]
+) -> dict[int, Sampled]:
+    """For each asking row (``rows[i]``, its ``raw`` log-softmax row ``i``): the log
+    probability of its token and its ``counts[i]`` likeliest alternatives — the model's own
+    distribution, before penalties, biases, grammar or temperature act (as vLLM's)."""
+    out: dict[int, Sampled] = {}
+    width = max(counts, default=0)
+    top_values, top_ids = (
+        torch.topk(raw, width, dim=-1) if width else (raw[:, :0], raw[:, :0].long())
+    )
+    chosen = raw[torch.arange(len(rows)), torch.tensor([tokens[r] for r in rows])].tolist()
+    values, ids = top_values.tolist(), top_ids.tolist()
+    for i, row in enumerate(rows):
+        k = counts[i]
+        out[row] = (float(chosen[i]), tuple(zip(ids[i][:k], values[i][:k], strict=True)))
+    return out
+
+
 def _draw(
     logits: Tensor, params: list[SequenceSampling], generators: list[torch.Generator | None]
 ) -> Tensor:

@@ -33,6 +33,7 @@ class SequenceSampling:
     top_k: int = 0  # 0: no cut
     min_p: float = 0.0
     grammar: str | None = None  # what the answer must follow (``builtin/grammar.py``)
+    logprobs: int | None = None  # None: not asked; else the alternatives a token comes with
 
     @property
     def shapes_logits(self) -> bool:

@@ -69,6 +69,14 @@ class TextTokenizer:
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for (a byte-level token's own; else its text's)."""
+        piece = self.tokenizer.id_to_token(token_id) or ""
+        if piece and set(piece) <= _byte_alphabet():
+            table = _unicode_to_bytes()
+            return bytes(table[c] for c in piece)
+        return piece.encode("utf-8")
+
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -284,6 +292,11 @@ def bytes_to_unicode() -> dict[int, str]:
             table[b] = chr(256 + extra)
             extra += 1
     return table
+
+
+@cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 @cache

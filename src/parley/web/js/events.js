@@ -5,6 +5,7 @@ export const EVENT = Object.freeze({
   DELTA: "delta",
   REASONING: "reasoning",
   TOOL_CALL: "tool_call",
+  LOGPROBS: "logprobs",
   ERROR: "error",
   DONE: "done",
 });
