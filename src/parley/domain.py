@@ -11,6 +11,7 @@ class MessageRole(StrEnum):
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"
+    TOOL = "tool"  # a tool's result, answering a call of the assistant message before it
 
 
 class MessageStatus(StrEnum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
@@ -245,6 +245,13 @@ class MessageOut(BaseModel):
     seq: int
     role: MessageRole
     content: str
+    reasoning: str | None = Field(
+        None, description="An answer's reasoning, apart from it (never sent back to a model)."
+    )
+    tool_calls: list[dict[str, Any]] | None = Field(
+        None, description="An answer's tool calls, in OpenAI's shape."
+    )
+    tool_call_id: str | None = Field(None, description="The call a tool message answers.")
     status: MessageStatus
     run_id: str | None
     model: str | None

@@ -24,6 +24,7 @@ from parley.domain import MessageRole
 from parley.engines.interface import ChatMessage
 from parley.errors import InvalidRequest
 from parley.store import branches
+from parley.store.parts import MessageParts, prompt_message
 
 # A chat template's own tokens a message (ChatML: <|im_start|> role \n … <|im_end|> \n) and
 # for the assistant's opening; the exact count of the whole prompt corrects any difference
@@ -63,6 +64,7 @@ class Turn:
     role: str
     content: str
     tokens: int
+    parts: MessageParts = field(default_factory=MessageParts)  # its calls, or the call it answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +269,11 @@ def compose(
     if text:
         messages.append(ChatMessage(MessageRole.SYSTEM.value, text))
     recent = history[start:]
-    messages += [ChatMessage(t.role, t.content) for t in recent]
+    # a tool's result whose call was left out of the prompt cannot be sent alone
+    shown = list(recent)
+    while shown and shown[0].role == MessageRole.TOOL.value:
+        shown.pop(0)
+    messages += [prompt_message(t.role, t.content, t.parts) for t in shown]
     tail = snippets_block(snippets) if snippets else ""
     messages.append(ChatMessage(new.role, new.content + tail))
     plan = fold_plan(fixed, history, limits)

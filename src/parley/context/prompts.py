@@ -39,6 +39,7 @@ from parley.qos.prompt_counter import PromptCounter
 from parley.qos.settings import QosSettings
 from parley.store import prompts
 from parley.store.database import Database
+from parley.store.parts import counted_text
 from parley.store.prompts import ChatRef, ChatSummary, Row
 from parley.store.schema import Message
 
@@ -276,9 +277,10 @@ class ChatContext:
 
     async def _turns(self, model: str, rows: list[Row]) -> list[Turn]:
         counter = await self.counter()
-        counts = await counter.count_texts_async(model, [row.content for row in rows])
+        texts = [counted_text(row.content, row.parts) for row in rows]
+        counts = await counter.count_texts_async(model, texts)
         return [
-            Turn(row.seq, row.role, row.content, tokens + MESSAGE_OVERHEAD)
+            Turn(row.seq, row.role, row.content, tokens + MESSAGE_OVERHEAD, row.parts)
             for row, tokens in zip(rows, counts, strict=True)
         ]
 

@@ -79,8 +79,6 @@ def _tools(body: ChatCompletionRequest) -> tuple[str, str] | None:
     choice = body.tool_choice
     if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
         return "tool_choice", f"tool_choice names {choice.function.name!r}, which is not a tool"
-    if body.store and body.tools:
-        return "store", "a conversation with tools cannot be kept as a chat yet"
     return None
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
+from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Message, Run, User
 from parley.text import storable
 
@@ -65,11 +66,26 @@ class RunDocument(_Document):
     assistant_message_id: str | None = None
 
 
+class FunctionDocument(_Document):
+    name: str
+    arguments: str
+
+
+class ToolCallDocument(_Document):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionDocument
+
+
 class MessageDocument(_Document):
     id: str
     seq: int
     role: MessageRole
     content: str
+    # an answer's reasoning and tool calls, the call a tool's result answers (parts.py)
+    reasoning: str | None = None
+    tool_calls: list[ToolCallDocument] | None = None
+    tool_call_id: str | None = None
     status: MessageStatus
     model: str | None = None
     downgraded_from: str | None = None
@@ -104,11 +120,13 @@ def user_document(user: User) -> UserDocument:
 
 
 def message_document(message: Message) -> MessageDocument:
+    parts = MessageParts.from_json(message.parts).wire()
     return MessageDocument(
         id=message.id,
         seq=message.seq,
         role=message.role,
         content=message.content,
+        **parts,
         status=message.status,
         model=message.model,
         downgraded_from=message.downgraded_from,
@@ -195,6 +213,8 @@ class ImportedMessage:
     content: str
     created_at: datetime  # timezone-aware, UTC
     status: MessageStatus = MessageStatus.COMPLETED
+    # an answer's reasoning and calls, the call a tool's result answers (``MessageParts.wire``)
+    parts: dict[str, Any] | None = None
     model: str | None = None  # an answer's model, when the source names it
     source_id: str | None = None  # its id in the export (a parley export's tree)
     parent_source_id: str | None = None
@@ -242,6 +262,10 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
             ImportedMessage(
                 role=m.role,
                 content=storable(m.content),
+                parts=m.model_dump(
+                    include={"reasoning", "tool_calls", "tool_call_id"}, exclude_none=True
+                )
+                or None,
                 created_at=m.created_at.astimezone(UTC),
                 status=(
                     MessageStatus.CANCELLED if m.status is MessageStatus.IN_PROGRESS else m.status

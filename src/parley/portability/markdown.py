@@ -29,7 +29,7 @@ import re
 from datetime import UTC, datetime
 
 from parley.domain import MessageStatus
-from parley.portability.document import ChatDocument, MessageDocument
+from parley.portability.document import ChatDocument, MessageDocument, ToolCallDocument
 
 RULE = "---"
 NAME_TITLE_CHARS = 60
@@ -53,14 +53,30 @@ def chat_markdown(doc: ChatDocument) -> str:
         facts.append("archived")
     parts = [f"# {title}", " · ".join(facts)]
     for message in sorted(doc.messages, key=lambda m: m.seq):
-        parts += [RULE, _heading(message), message.content]
-    return "\n\n".join(parts) + "\n"
+        parts += [RULE, _heading(message), *_reasoning(message), message.content]
+        parts += [_call(c) for c in message.tool_calls or ()]
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def _reasoning(message: MessageDocument) -> list[str]:
+    """An answer's reasoning, folded (HTML's details: most Markdown viewers fold it)."""
+    if not message.reasoning:
+        return []
+    return [f"<details><summary>Reasoning</summary>\n\n{message.reasoning}\n\n</details>"]
+
+
+def _call(call: ToolCallDocument) -> str:
+    fence = "````" if "```" in call.function.arguments else "```"
+    head = f"Called `{call.function.name}` (`{call.id}`):"
+    return f"{head}\n\n{fence}json\n{call.function.arguments}\n{fence}"
 
 
 def _heading(message: MessageDocument) -> str:
     who = message.role.value.capitalize()
     if message.model:
         who += f" ({message.model})"
+    if message.tool_call_id:
+        who += f" (result of `{message.tool_call_id}`)"
     if message.status is not MessageStatus.COMPLETED:
         who += f", {message.status.value.replace('_', ' ')}"
     return f"### {who} · {when(message.created_at)}"

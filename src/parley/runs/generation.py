@@ -30,6 +30,7 @@ from parley.engines.interface import (
 from parley.runs.inputs import RunInput
 from parley.store import run_records, summaries
 from parley.store.database import Database
+from parley.store.parts import MessageParts, prompt_message
 from parley.store.prompts import ChatRef, ChatSummary
 from parley.store.schema import Message, Run
 
@@ -130,7 +131,11 @@ class Prompting:
             request = program_request(run)
         else:
             history = await run_records.history(s, run)
-            request = chat_request(run, [ChatMessage(m.role.value, m.content) for m in history])
+            asked = [
+                prompt_message(m.role.value, m.content, MessageParts.from_json(m.parts))
+                for m in history
+            ]
+            request = chat_request(run, asked)
         return Prompt(request, self._engine.count_prompt_tokens(run.model, request.messages))
 
     async def _assembled(self, run: Run) -> Prompt:

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, replace
 
 from parley.domain import FinishReason, RunStatus
 from parley.engines.interface import Delta, EngineError
-from parley.engines.tools import ToolCallDelta
+from parley.engines.tools import ToolCallDelta, assembled
 from parley.outages import outage
 from parley.runs.moderated import OutputRefused
+from parley.store.parts import MessageParts
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
 from parley.text import storable
@@ -51,7 +52,13 @@ class Progress:
     def outcome(self, prompt_tokens: int | None) -> Outcome:
         """How the run ends: cancelled, failed (engine error, or an abort nobody asked for),
         or completed. ``prompt_tokens``: the count known before generating."""
-        return replace(self._outcome(prompt_tokens), cached_tokens=self.cached_tokens)
+        outcome = self._outcome(prompt_tokens)
+        return replace(outcome, cached_tokens=self.cached_tokens, parts=self.parts())
+
+    def parts(self) -> MessageParts:
+        """The answer's reasoning and calls, as its message keeps them."""
+        reasoning = storable("".join(self.reasoning)) or None
+        return MessageParts(reasoning, tuple(assembled(self.calls)))
 
     def _outcome(self, prompt_tokens: int | None) -> Outcome:
         text = "".join(self.text)

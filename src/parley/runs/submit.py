@@ -45,6 +45,7 @@ from parley.runs.rules import Rules
 from parley.runs.settings import RunSettings
 from parley.store import chats, new_runs, run_records
 from parley.store.database import Database
+from parley.store.parts import MessageParts
 from parley.store.schema import Run
 
 
@@ -180,7 +181,10 @@ class Submitter:
                 code="store_needs_user_message",
                 param="messages",
             )
-        earlier = [(MessageRole(m.role), m.content) for m in given.messages[:-1]]
+        earlier = [
+            (MessageRole(m.role), m.content, MessageParts(None, m.tool_calls, m.tool_call_id))
+            for m in given.messages[:-1]
+        ]
         first = next(m.content for m in given.messages if m.role == "user")
         title = text.title_from(first, self._settings.max_title_chars)
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import new_id
 from parley.portability.document import ImportBatch, ImportedChat
 from parley.store.chats import new_message_id
+from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Message
 
 
@@ -143,6 +144,7 @@ def _rows(
             "seq": seq,
             "role": m.role,
             "content": m.content,
+            "parts": MessageParts.from_wire(m.parts).to_json(),
             "status": m.status,
             "model": m.model,
             "created_at": m.created_at,

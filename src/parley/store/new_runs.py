@@ -15,16 +15,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id, utcnow
 from parley.engines.sampling import SamplingParams
 from parley.store import attachments, branches, chats
+from parley.store.parts import MessageParts
 from parley.store.schema import Message, Run
 
 
 @dataclass(frozen=True, slots=True)
 class NewChat:
     """A chat to make with a program's run that asked to be kept (``store``): its title and
-    the conversation before the run's user message, as (role, content) pairs."""
+    the conversation before the run's user message: each message's role, text, and parts
+    (an assistant's tool calls, the call a tool's result answers)."""
 
     title: str
-    earlier: list[tuple[MessageRole, str]]
+    earlier: list[tuple[MessageRole, str, MessageParts]]
 
 
 ACTIVE_LEAF = branches.ACTIVE
@@ -144,7 +146,7 @@ _NOTHING_YET: dict[str, object] = {
 async def _open_chat(s: AsyncSession, new: NewRun, chat: NewChat, now: datetime) -> str:
     """The chat a kept program's run goes into, with the conversation that came before it."""
     made = await chats.create_chat(s, user_id=new.user_id, title=chat.title)
-    for role, content in chat.earlier:
+    for role, content, parts in chat.earlier:
         await chats.add_message(
             s,
             Message(
@@ -153,6 +155,7 @@ async def _open_chat(s: AsyncSession, new: NewRun, chat: NewChat, now: datetime)
                 chat_id=made.id,
                 role=role,
                 content=content,
+                parts=parts.to_json(),
                 status=MessageStatus.COMPLETED,
                 created_at=now,
                 updated_at=now,

@@ -8,7 +8,7 @@ and, with context management off, by ``prompt_of_chat``: the whole history as th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import MessageRole, in_prompt
 from parley.engines.interface import ChatMessage
 from parley.store import branches, chats, run_records
+from parley.store.parts import MessageParts, prompt_message
 from parley.store.schema import Message
 
 
@@ -39,6 +40,7 @@ class Row:
     seq: int
     role: str
     content: str
+    parts: MessageParts = field(default_factory=MessageParts)  # its calls, or the call it answers
 
 
 async def unsummarized(
@@ -65,12 +67,14 @@ async def unsummarized(
         summary = ChatSummary(None, 0, summary.run_id)  # it summarizes another branch
     unsummarized_ids = [n.id for n in path if n.seq > summary.through_seq]
     ids = unsummarized_ids[max(0, len(unsummarized_ids) - limit) :]
-    query = select(Message.seq, Message.role, Message.status, Message.content).where(
+    query = select(Message.seq, Message.role, Message.status, Message.content, Message.parts).where(
         Message.user_id == chat.user_id, Message.chat_id == chat.chat_id, Message.id.in_(ids)
     )
     rows = [
-        Row(seq, role.value, content)
-        for seq, role, status, content in (await s.execute(query.order_by(Message.seq))).all()
+        Row(seq, role.value, content, MessageParts.from_json(parts))
+        for seq, role, status, content, parts in (
+            await s.execute(query.order_by(Message.seq))
+        ).all()
         if in_prompt(role, status, content)
     ]
     return summary, rows
@@ -94,14 +98,14 @@ async def prompt_of_chat(
     ids = [n.id for n in path][max(0, len(path) - keep) :]
     rows = (
         await s.execute(
-            select(Message.role, Message.status, Message.content)
+            select(Message.role, Message.status, Message.content, Message.parts)
             .where(Message.user_id == user_id, Message.chat_id == chat_id, Message.id.in_(ids))
             .order_by(Message.seq.desc())
         )
     ).all()
     earlier = [
-        ChatMessage(role.value, text)
-        for role, status, text in reversed(rows)
+        prompt_message(role.value, text, MessageParts.from_json(parts))
+        for role, status, text, parts in reversed(rows)
         if in_prompt(role, status, text)
     ]
     return [*earlier, ChatMessage(MessageRole.USER.value, content)]

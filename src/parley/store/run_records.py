@@ -7,7 +7,7 @@ workers and the sweepers can race on a run and exactly one of them wins.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Update, bindparam, case, select, update
@@ -24,6 +24,7 @@ from parley.domain import (
 )
 from parley.errors import NotFound, no_such
 from parley.store import summaries
+from parley.store.parts import MessageParts
 from parley.store.schema import Message, Run
 
 HISTORY_LIMIT = 200
@@ -197,6 +198,7 @@ class Outcome:
     error_code: str | None = None
     error_message: str | None = None
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
+    parts: MessageParts = field(default_factory=MessageParts)  # reasoning, tool calls
 
 
 _MESSAGE_STATUS = {
@@ -296,6 +298,7 @@ async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datet
         .where(Message.id == run.assistant_message_id)
         .values(
             content=outcome.content,
+            parts=outcome.parts.to_json(),
             status=_MESSAGE_STATUS[outcome.status],
             token_count=outcome.completion_tokens,
             updated_at=now,

@@ -180,6 +180,8 @@ class Message(Base):
     parent_id: Mapped[str | None] = mapped_column(ID)
     role: Mapped[MessageRole] = mapped_column(str_enum(MessageRole, "message_role"))
     content: Mapped[str] = mapped_column(Text)
+    # what it holds beyond its text: reasoning, tool calls, the call it answers (parts.py)
+    parts: Mapped[str | None] = mapped_column(Text)
     status: Mapped[MessageStatus] = mapped_column(str_enum(MessageStatus, "message_status"))
     run_id: Mapped[str | None] = mapped_column(ID)
     model: Mapped[str | None] = mapped_column(String(200))

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,11 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.domain import MessageRole, MessageStatus, in_prompt, is_id, new_id, utcnow
 from parley.errors import NotFound, no_such
 from parley.store.branches import Node, build_tree
+from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Message, Share
 
 TOKEN_BYTES = 24  # secrets.token_urlsafe: 32 characters, 192 random bits
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
-_SHOWN_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
+_SHOWN_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT, MessageRole.TOOL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,8 @@ class SharedMessage:
     content: str
     created_at: datetime
     model: str | None
+    # an answer's reasoning and calls, the call a tool's result answers (``MessageParts.wire``)
+    parts: dict[str, Any] | None = None
 
 
 def share_not_found(share_id: str) -> NotFound:
@@ -59,7 +63,13 @@ def snapshot_of(path: Sequence[Message]) -> list[SharedMessage]:
     carry (completed, or stopped after saying something); no refused prompts, no answers
     still being written, failed or refused."""
     return [
-        SharedMessage(m.role.value, m.content, m.created_at, m.model)
+        SharedMessage(
+            m.role.value,
+            m.content,
+            m.created_at,
+            m.model,
+            MessageParts.from_json(m.parts).wire() or None,
+        )
         for m in path
         if m.role in _SHOWN_ROLES
         and m.status is not MessageStatus.REJECTED
@@ -134,19 +144,24 @@ async def shared(s: AsyncSession, token: str) -> tuple[Share, list[SharedMessage
     return share, [_decode(raw) for raw in json.loads(share.snapshot)]
 
 
-def _encode(m: SharedMessage) -> dict[str, str | None]:
-    return {
+def _encode(m: SharedMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "role": m.role,
         "content": m.content,
         "created_at": m.created_at.isoformat(),
         "model": m.model,
     }
+    if m.parts:
+        out["parts"] = m.parts
+    return out
 
 
-def _decode(raw: dict[str, str | None]) -> SharedMessage:
+def _decode(raw: dict[str, Any]) -> SharedMessage:
+    model = raw.get("model")
     return SharedMessage(
         role=str(raw["role"]),
         content=str(raw["content"]),
         created_at=datetime.fromisoformat(str(raw["created_at"])),
-        model=raw.get("model"),
+        model=None if model is None else str(model),
+        parts=MessageParts.from_wire(raw.get("parts")).wire() or None,
     )

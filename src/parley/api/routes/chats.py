@@ -29,6 +29,7 @@ from parley.services import Services
 from parley.store import branches, chats, run_records
 from parley.store.chats import Order
 from parley.store.pages import Page
+from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
@@ -161,6 +162,9 @@ _ENDED_BADLY = frozenset({MessageStatus.FAILED, MessageStatus.REJECTED})
 
 def _message(m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree) -> MessageOut:
     out = MessageOut.model_validate(m, from_attributes=True)
+    parts = MessageParts.from_json(m.parts)
+    out.reasoning, out.tool_call_id = parts.reasoning, parts.tool_call_id
+    out.tool_calls = [c.wire() for c in parts.tool_calls] or None
     if m.id in tree.nodes:
         out.sibling_ids = [n.id for n in tree.siblings(m.id)]
         out.sibling_index = out.sibling_ids.index(m.id) + 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from html import escape
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Response, status
 from fastapi.responses import HTMLResponse
@@ -47,6 +47,9 @@ class SharedMessageOut(BaseModel):
     content: str
     created_at: datetime
     model: str | None = None
+    reasoning: str | None = Field(None, description="An answer's reasoning, apart from it.")
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="An answer's tool calls.")
+    tool_call_id: str | None = Field(None, description="The call a tool's result answers.")
 
 
 class SharedChat(BaseModel):
@@ -102,7 +105,16 @@ async def read_shared(token: str, svc: ServicesDep, response: Response) -> Share
     return SharedChat(
         title=share.title,
         created_at=share.created_at,
-        messages=[SharedMessageOut.model_validate(m, from_attributes=True) for m in messages],
+        messages=[
+            SharedMessageOut(
+                role=m.role,
+                content=m.content,
+                created_at=m.created_at,
+                model=m.model,
+                **(m.parts or {}),
+            )
+            for m in messages
+        ],
     )
 
 
@@ -183,9 +195,27 @@ def render_page(share: Share, messages: list[SharedMessage]) -> str:
 
 
 def _item(m: SharedMessage) -> str:
-    who = "User" if m.role == "user" else (m.model or "Assistant")
+    parts = m.parts or {}
+    who = {"user": "User", "tool": "Tool result"}.get(m.role) or m.model or "Assistant"
+    reasoning = parts.get("reasoning")
+    folded = (
+        '<details class="reasoning"><summary>Reasoning</summary>'
+        f'<div class="reasoning-text" dir="auto">{escape(reasoning)}</div></details>'
+        if reasoning
+        else ""
+    )
+    calls = "".join(_call(c) for c in parts.get("tool_calls") or ())
+    kind = "tool-result" if m.role == "tool" else "content plain"
     return (
         f'<li class="message {escape(m.role)}"><div class="bubble">'
-        f'<div class="who">{escape(who)}</div>'
-        f'<div class="content plain" dir="auto">{escape(m.content)}</div></div></li>'
+        f'<div class="who">{escape(who)}</div>{folded}'
+        f'<div class="{kind}" dir="auto">{escape(m.content)}</div>{calls}</div></li>'
+    )
+
+
+def _call(call: dict[str, Any]) -> str:
+    function = call.get("function") or {}
+    return (
+        f'<details class="tool-call"><summary>Called {escape(str(function.get("name")))}'
+        f"</summary><pre>{escape(str(function.get('arguments')))}</pre></details>"
     )

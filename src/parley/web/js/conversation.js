@@ -255,6 +255,8 @@ export class Conversation {
         reset: () => view.reset(),
         status: (data) => this.onStatus(view, data),
         delta: (data) => view.append(data.text, data.replace),
+        reasoning: (data) => view.appendReasoning(data.text),
+        toolCall: (data) => view.appendCall(data),
         error: (data) => (failure = data.message),
         reconnecting: () => view.setStatus("reconnecting"),
         done: (data) => {

@@ -1,5 +1,6 @@
-// One message on screen: a user's text (plain) or an assistant's answer (markdown),
-// re-rendered at most once a frame while it streams.
+// One message on screen: a user's text (plain), an assistant's answer (markdown) with its
+// reasoning and tool calls folded, or a tool's result (folded); re-rendered at most once a
+// frame while it streams.
 
 import { fileList } from "./attachments.js";
 import { h } from "./dom.js";
@@ -20,6 +21,13 @@ export class MessageView {
     this.onRender = onRender;
     this.role = message.role;
     this.text = message.content || "";
+    this.reasoningText = message.reasoning || "";
+    // calls by index: {id, name, arguments}
+    this.calls = (message.tool_calls || []).map((c) => ({
+      id: c.id,
+      name: c.function.name,
+      arguments: c.function.arguments,
+    }));
     this.frame = 0;
     // dir="auto" + unicode-bidi: isolate (app.css): the text's own direction, and a bidi
     // control in it reorders nothing outside it
@@ -28,11 +36,21 @@ export class MessageView {
       dir: "auto",
     });
     this.note = h("p", { class: "message-note" });
+    this.reasoning = h("details", { class: "reasoning", hidden: true }, h("summary", {}, "Reasoning"));
+    this.reasoningBody = h("div", { class: "reasoning-text", dir: "auto" });
+    this.reasoning.append(this.reasoningBody);
+    this.callList = h("div", { class: "tool-calls" });
+    let body = this.content;
+    if (this.role === "tool") {
+      const label = message.tool_call_id ? `Tool result (${message.tool_call_id})` : "Tool result";
+      body = h("details", { class: "tool-result" }, h("summary", {}, label), this.content);
+    }
+    const said = { user: "You said:", tool: "A tool answered:" }[this.role] || "parley said:";
     this.el = h(
       "li",
       { class: `message ${this.role}`, dataset: { role: this.role } },
-      h("span", { class: "visually-hidden" }, this.role === "user" ? "You said:" : "parley said:"),
-      h("div", { class: "bubble" }, fileList(message.attachments), this.content, this.note),
+      h("span", { class: "visually-hidden" }, said),
+      h("div", { class: "bubble" }, fileList(message.attachments), this.reasoning, body, this.callList, this.note),
     );
     this.setIds(message);
     this.setStatus(message.status || "completed", message.error ? message.error.message : null);
@@ -82,6 +100,21 @@ export class MessageView {
     this.schedule();
   }
 
+  /** More of the model's reasoning (shown folded, apart from the answer). */
+  appendReasoning(text) {
+    this.reasoningText += text;
+    this.schedule();
+  }
+
+  /** A fragment of a tool call: its id and name come first, then pieces of its arguments. */
+  appendCall({ index, id, name, arguments: args }) {
+    const call = (this.calls[index] ||= { id: null, name: "", arguments: "" });
+    if (id) call.id = id;
+    if (name) call.name = name;
+    call.arguments += args || "";
+    this.schedule();
+  }
+
   append(text, replace) {
     this.text = replace ? text : this.text + text;
     if (this.el.dataset.status === "in_progress" && this.note.textContent) this.setStatus("in_progress");
@@ -97,13 +130,30 @@ export class MessageView {
   }
 
   render() {
-    if (this.role === "user") {
+    this.renderParts();
+    if (this.role === "user" || this.role === "tool") {
       this.content.textContent = this.text;
     } else {
       this.content.replaceChildren(renderMarkdown(this.text));
       if (this.streaming) caretHost(this.content).append(h("span", { class: "cursor", "aria-hidden": "true" }));
     }
     this.onRender();
+  }
+
+  renderParts() {
+    this.reasoning.hidden = !this.reasoningText;
+    this.reasoningBody.textContent = this.reasoningText;
+    const open = new Set([...this.callList.querySelectorAll("details[open]")].map((d) => d.dataset.index));
+    this.callList.replaceChildren(
+      ...this.calls.map((call, index) =>
+        h(
+          "details",
+          { class: "tool-call", dataset: { index: String(index) }, open: open.has(String(index)) },
+          h("summary", {}, `Called ${call.name || "a tool"}`),
+          h("pre", {}, h("code", {}, call.arguments)),
+        ),
+      ),
+    );
   }
 
   /** Write out any pending frame now (the stream ended). */

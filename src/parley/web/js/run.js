@@ -75,6 +75,10 @@ async function consume(response, state, on) {
       on.status?.(data);
     } else if (ev.event === EVENT.DELTA) {
       on.delta?.(data);
+    } else if (ev.event === EVENT.REASONING) {
+      on.reasoning?.(data);
+    } else if (ev.event === EVENT.TOOL_CALL) {
+      on.toolCall?.(data);
     } else if (ev.event === EVENT.ERROR && data.code === "dependency_unavailable") {
       state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
       return null;
