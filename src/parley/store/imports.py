@@ -24,7 +24,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import new_id
-from parley.portability.document import ImportBatch, ImportedChat
+from parley.portability.document import ImportBatch, ImportedChat, ImportedMessage
 from parley.store.chats import new_message_id
 from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Message
@@ -137,25 +137,31 @@ def _rows(
         "import_key": key,
     }
     messages = [
-        {
-            "id": message_id,
-            "user_id": user_id,
-            "chat_id": chat_id,
-            "seq": seq,
-            "role": m.role,
-            "content": m.content,
-            "parts": MessageParts.from_wire(m.parts).to_json(),
-            "status": m.status,
-            "model": m.model,
-            "created_at": m.created_at,
-            "updated_at": m.created_at,
-            "parent_id": parent,
-        }
+        _message_row(m, user_id, chat_id, seq, message_id, parent)
         for seq, (m, message_id, parent) in enumerate(
             zip(imported.messages, ids, parents, strict=True), start=1
         )
     ]
     return chat, messages
+
+
+def _message_row(
+    m: ImportedMessage, user_id: str, chat_id: str, seq: int, message_id: str, parent: str | None
+) -> dict[str, Any]:
+    return {
+        "id": message_id,
+        "user_id": user_id,
+        "chat_id": chat_id,
+        "seq": seq,
+        "role": m.role,
+        "content": m.content,
+        "parts": MessageParts.from_wire(m.parts).to_json(),
+        "status": m.status,
+        "model": m.model,
+        "created_at": m.created_at,
+        "updated_at": m.created_at,
+        "parent_id": parent,
+    }
 
 
 def _parents(imported: ImportedChat, ids: list[str]) -> list[str | None]:
