@@ -235,3 +235,60 @@ async def test_what_parley_does_not_do_is_refused_by_name(
 async def test_an_unknown_model_is_model_not_found(client: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         await client.responses.create(model="nope", input="hi")
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_an_agent_calls_its_tools_on_the_built_in_engine(
+    client: openai.AsyncOpenAI, api: str
+) -> None:
+    """The Agents SDK on the built-in engine: its first turn must call a tool (the grammar
+    keeps the tiny random model to the tools' schemas); the agent runs the call and stops
+    on its result, as ``tool_use_behavior="stop_on_first_tool"`` asks."""
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    called: list[tuple[str, Any]] = []
+
+    @function_tool
+    def add(a: int, b: int) -> str:
+        """Adds two integers."""
+        called.append(("add", (a, b)))
+        return f"sum={a + b}"
+
+    @function_tool
+    def shout(text: str) -> str:
+        """Says a text louder."""
+        called.append(("shout", text))
+        return text.upper()
+
+    model: Any = (
+        OpenAIResponsesModel(model=MODEL, openai_client=client)
+        if api == "responses"
+        else OpenAIChatCompletionsModel(model=MODEL, openai_client=client)
+    )
+    agent = Agent(
+        name="calculator",
+        instructions="Use your tools.",
+        model=model,
+        tools=[add, shout],
+        model_settings=ModelSettings(
+            tool_choice="required", temperature=0, max_tokens=120, parallel_tool_calls=False
+        ),
+        tool_use_behavior="stop_on_first_tool",
+    )
+    result = await Runner.run(agent, "add 2 and 3", max_turns=2)
+    assert len(called) == 1
+    name, args = called[0]
+    if name == "add":
+        assert all(isinstance(v, int) for v in args)
+        assert result.final_output == f"sum={sum(args)}"
+    else:
+        assert isinstance(args, str) and result.final_output == args.upper()

@@ -129,3 +129,29 @@ async def test_with_the_downgrade_model_busy_too_the_run_is_refused(
     assert r.status_code == 202  # the downgrade model's one slot
     assert_error(await send_to(run_client, free, free_chat, BIG), 503, "server_overloaded")
     assert (await post(run_client, pro, pro_chat)).status_code == 202  # pro: never shed
+
+
+async def test_a_program_run_the_downgrade_model_cannot_serve_is_refused_not_downgraded(
+    run_client: httpx.AsyncClient, run_services: Services
+) -> None:
+    """Tools (or a sampling parameter, a format) the downgrade model's engine cannot honour:
+    a busy model's run is refused (503) instead of being served without them."""
+    free = await on_tier(run_client, run_services, "free@example.com", "free")
+    pro = await on_tier(run_client, run_services, "pro@example.com", "pro")
+    await slots_offered(run_services, 2, BIG)
+    await slots_offered(run_services, 1, FAKE_MODEL)
+    pro_chat = await new_chat(run_client, pro)
+    for _ in range(2):
+        assert (await send_to(run_client, pro, pro_chat, BIG)).status_code == 202
+    key = (await run_client.post("/api/keys", json={"name": "k"}, headers=free)).json()["key"]
+    asked: dict[str, Any] = {"model": BIG, "messages": [{"role": "user", "content": "hi"}]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    bearer = {"Authorization": f"Bearer {key}"}
+    with_tools = await run_client.post(
+        "/v1/chat/completions", json={**asked, "tools": [tool]}, headers=bearer
+    )
+    assert with_tools.status_code == 503, with_tools.text
+    assert with_tools.json()["error"]["code"] == "server_overloaded"
+    plain = await run_client.post("/v1/chat/completions", json=asked, headers=bearer)
+    assert plain.status_code == 200, plain.text  # the same request without them: downgraded
+    assert plain.json()["model"] == FAKE_MODEL

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from parley.bus.interface import Bus, ModelLoad, QueueFull
@@ -45,6 +46,10 @@ def user_run_key(run_id: str, idempotency_key: str | None, request_hash: str | N
     return f"key:{request_hash}:{idempotency_key}"
 
 
+Serves = Callable[[str], bool]
+"""Whether a model's engine can serve the run (its tools, format, sampling)."""
+
+
 class Admission:
     def __init__(
         self, bus: Bus, qos: QosSettings, runs: RunSettings, *, metrics: Metrics | None = None
@@ -60,9 +65,10 @@ class Admission:
         r = self._runs
         return tier.max_queue_wait_seconds + 2 * (r.lease_seconds + r.sweep_interval_seconds)
 
-    async def admit(self, new: NewRun) -> NewRun:
-        """Take the run's slot and count it on its model (or a downgrade model); the run to
-        make, downgraded or not. Raises TooManyRuns or Overloaded, having taken nothing.
+    async def admit(self, new: NewRun, serves: Serves | None = None) -> NewRun:
+        """Take the run's slot and count it on its model (or a downgrade model that
+        ``serves`` it: one whose engine honours every parameter the run asks for); the run
+        to make, downgraded or not. Raises TooManyRuns or Overloaded, having taken nothing.
         The slot comes first: a user refused for their own runs never counts (even for a
         moment) in the load that decides for everyone else."""
         tier = self._settings.tier(new.tier)
@@ -77,17 +83,21 @@ class Admission:
             asked = await self._bus.admit_run(
                 new.model, new.run_id, max_load=tier.max_load, ttl=ttl, window=window
             )
-            return new if asked.admitted else await self._downgrade(new, tier, asked.load, ttl)
+            if asked.admitted:
+                return new
+            return await self._downgrade(new, tier, asked.load, ttl, serves)
         except BaseException:
             await self._bus.release_user_run(new.user_id, slot)
             raise
 
     async def _downgrade(
-        self, new: NewRun, tier: TierSettings, load: ModelLoad, ttl: float
+        self, new: NewRun, tier: TierSettings, load: ModelLoad, ttl: float, serves: Serves | None
     ) -> NewRun:
-        """The run on its tier's downgrade model if that has room, else Overloaded."""
+        """The run on its tier's downgrade model if that has room (and can serve it), else
+        Overloaded."""
         down = tier.downgrade_model
-        if down is not None and down != new.model:
+        able = down is not None and (serves is None or serves(down))
+        if down is not None and down != new.model and able:
             window = self._settings.load_window_seconds
             other = await self._bus.admit_run(
                 down, new.run_id, max_load=tier.max_load, ttl=ttl, window=window

@@ -57,6 +57,12 @@ class Rules:
                 param=param,
             )
 
+    def serves(self, model: str, given: RunInput, sampling: SamplingParams) -> bool:
+        """Whether ``model``'s engine honours everything the request asks (a downgrade
+        must)."""
+        calls = any(m.tool_calls or m.role == "tool" for m in given.messages)
+        return unable(self.capabilities(model), sampling, given.output, calls=calls) is None
+
     def validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None
     ) -> new_runs.NewRun:

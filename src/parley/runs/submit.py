@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from typing import Protocol
 
 import anyio
@@ -32,7 +33,7 @@ from parley.errors import (
 )
 from parley.observability import tracing
 from parley.observability.metrics import Metrics
-from parley.qos.admission import Admission
+from parley.qos.admission import Admission, Serves
 from parley.qos.budget import Budget
 from parley.qos.reservations import Costs
 from parley.qos.settings import QosSettings
@@ -162,7 +163,8 @@ class Submitter:
         async def given(_: new_runs.NewRun) -> int:
             return tokens
 
-        return await self._admit(new, given)
+        serves = partial(self.rules.serves, given=req.input, sampling=req.sampling)
+        return await self._admit(new, given, serves)
 
     async def _moderate(self, new: new_runs.NewRun, text: str) -> Run | None:
         """The tier's input classifiers, before admission: a refused prompt raises (and is
@@ -189,11 +191,14 @@ class Submitter:
         title = text.title_from(first, self._settings.max_title_chars)
         return replace(new, content=last.content, new_chat=new_runs.NewChat(title, earlier))
 
-    async def _admit(self, new: new_runs.NewRun, prompt: PromptOf) -> Run:
-        """Admission on the bus (the user's run slot, the model's load), then idempotency,
-        queue room and the budget reservation; then the run stored and queued."""
+    async def _admit(
+        self, new: new_runs.NewRun, prompt: PromptOf, serves: Serves | None = None
+    ) -> Run:
+        """Admission on the bus (the user's run slot, the model's load; a downgrade only to
+        a model that ``serves`` the run), then idempotency, queue room and the budget
+        reservation; then the run stored and queued."""
         try:
-            new = await self._admission.admit(new)
+            new = await self._admission.admit(new, serves)
         except (TooManyRuns, Overloaded):
             # a retry of a request that made its run already is answered with that run
             existing = await self._existing(new) if new.idempotency_key is not None else None
