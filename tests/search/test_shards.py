@@ -15,7 +15,7 @@ from parley.store.migrate import current_revision, upgrade
 from parley.store.schema import Message, User
 from parley.store.search import FTS_SHARDS, fts_table, shard_of, user_token
 from tests.search.test_user_index import found, shape
-from tests.store.test_search import a_chat, downgrade, say, search
+from tests.store.test_search import a_chat, downgrade, say, say_at_0007, search
 
 ENDINGS = "0123456789abcdef"
 
@@ -95,7 +95,7 @@ async def test_the_migration_goes_down_to_one_table_and_up_again(
         assert await current_revision(db) == "0012"
         assert await shape(db) == at_head
         assert await shard_tables(db) == (0 if sqlite else None)
-        await say(db, ada, ada_chat, "heron seen midway")
+        await say_at_0007(db, ada, ada_chat, "heron seen midway")
     finally:
         await upgrade(db)
     assert await shard_tables(db) == (FTS_SHARDS if sqlite else None)

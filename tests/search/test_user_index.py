@@ -10,7 +10,7 @@ from parley.store.database import Database
 from parley.store.migrate import current_revision, upgrade
 from parley.store.search import user_token
 from tests.search.test_migration import hits
-from tests.store.test_search import a_chat, a_user, downgrade, say, search
+from tests.store.test_search import a_chat, a_user, downgrade, say, say_at_0007, search
 
 
 def index_shape(conn: Connection) -> set[str]:
@@ -48,7 +48,7 @@ async def test_the_migration_goes_down_and_up_again(db: Database, database_url: 
         await downgrade(db, "0011")
         assert await current_revision(db) == "0011"
         assert await shape(db) == before
-        await say(db, ada, ada_chat, "heron seen midway")
+        await say_at_0007(db, ada, ada_chat, "heron seen midway")
     finally:
         await upgrade(db)
     assert await shape(db) == after

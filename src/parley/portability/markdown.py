@@ -55,7 +55,7 @@ def chat_markdown(doc: ChatDocument) -> str:
     for message in sorted(doc.messages, key=lambda m: m.seq):
         parts += [RULE, _heading(message), *_reasoning(message), message.content]
         parts += [_call(c) for c in message.tool_calls or ()]
-    return "\n\n".join(p for p in parts if p) + "\n"
+    return "\n\n".join(parts) + "\n"
 
 
 def _reasoning(message: MessageDocument) -> list[str]:
