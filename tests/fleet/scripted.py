@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 Body = dict[str, Any]  # the chat request's JSON body
 
-REASONING_SECONDS = 3.0  # the long reasoner's thinking, past a test's first-token timeout
+# the long reasoner's thinking: three times the test's first-token timeout (3 s in CI;
+# PARLEY_TEST_REASONING_SECONDS=180 runs the three minutes against a 60 s timeout)
+REASONING_SECONDS = float(os.environ.get("PARLEY_TEST_REASONING_SECONDS", "3"))
 
 
 def _raw(choices: list[dict[str, object]], **extra: object) -> bytes:

@@ -167,11 +167,13 @@ async def test_reasoning_streams_apart_from_the_answer(
 async def test_a_model_that_reasons_past_the_first_token_timeout_is_answered_once(
     fleet: Fleet, misbehaving: Callable[[str], Misbehaving]
 ) -> None:
-    """Its first reasoning token starts the answer: the first-token timeout (1 s here, 3 s
-    of reasoning) does not take it for a silent replica, and it is never retried."""
+    """Its first reasoning token starts the answer: the first-token timeout (a third of the
+    reasoning's length) does not take it for a silent replica, and it is never retried."""
     server = misbehaving("long-reasoning")
-    async with fleet([server.url], first_token_timeout_seconds=1) as front, program(front) as c:
-        chunks = await streamed(c, messages=ASK)
+    timeout = REASONING_SECONDS / 3
+    patient = {"first_token_timeout_seconds": timeout, "idle_timeout_seconds": max(3, timeout)}
+    async with fleet([server.url], **patient) as front, program(front) as c:
+        chunks = await streamed(c, messages=ASK, timeout=REASONING_SECONDS + 60)
     reasoning = [
         (ch.choices[0].delta.model_extra or {}).get("reasoning_content")
         for ch in chunks
