@@ -41,6 +41,7 @@ from parley.settings_aliases import FORMER_NAMES, FlatEnvironment, Renamed
 from parley.settings_file import TomlFileSource
 from parley.store.settings import DatabaseSettings
 from parley.store.urls import is_postgres
+from parley.tools.settings import ToolSettings
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Settings(BaseSettings):
     portability: PortabilitySettings = Field(default_factory=PortabilitySettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
     parsing: ParsingSettings = Field(default_factory=ParsingSettings)  # untrusted files
+    tools: ToolSettings = Field(default_factory=ToolSettings)  # what server-side tools may do
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod
