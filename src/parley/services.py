@@ -44,12 +44,14 @@ from parley.runs.refusals import Refusals
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
+from parley.runs.tool_rounds import ToolRounds
 from parley.runs.worker import Worker
 from parley.safety.moderator import Moderator
 from parley.store.database import Database
 from parley.store.pages import Cursors
 from parley.store.routing import Reads
 from parley.supervision import Supervisor
+from parley.tools.toolbox import Toolbox
 
 
 @dataclass(slots=True)
@@ -74,6 +76,7 @@ class Services:
     moderator: Moderator
     exports: Exports
     embedder: Embedder
+    toolbox: Toolbox | None = None
     engine: Engine | None = None
     worker: Worker | None = None
     summaries: Summaries | None = None
@@ -121,6 +124,8 @@ class Services:
         await self.context.close()
         await self.moderator.close()
         await self.embedder.close()
+        if self.toolbox is not None:
+            await self.toolbox.close()
         if self.engine is not None:
             await self.engine.close()
         await self.bus.close()
@@ -206,7 +211,9 @@ def build_services(
     files = BuiltinFiles(settings.engines.builtin.model)
     engine = build_engine(settings.engines, files) if worker else None
     context = chat_context(settings, None if engine is None else files)
-    made = None if engine is None else make_worker(settings, engine, db, bus, core, context)
+    toolbox = tools_of(settings, db, archive)
+    rounds = ToolRounds(toolbox, settings.qos)
+    made = None if engine is None else make_worker(settings, engine, db, bus, core, context, rounds)
     submitter = Submitter(
         db,
         bus,
@@ -222,7 +229,15 @@ def build_services(
         handoff=None if made is None else made[1],
         capabilities=capabilities(settings.engines),
     )
-    return _assembled(settings, db, bus, core, submitter, context, archive, models, passwords, made)
+    parts = (submitter, context, archive, models, passwords, made, toolbox)
+    return _assembled(settings, db, bus, core, *parts)
+
+
+def tools_of(settings: Settings, db: Database, archive: Archiver) -> Toolbox:
+    """The server's tools, every one a tier names among them (else ConfigurationError)."""
+    toolbox = Toolbox(settings.tools, db, Cursors(settings.secret_key.get_secret_value()), archive)
+    toolbox.check_tiers(settings.qos.tiers)
+    return toolbox
 
 
 def chat_context(settings: Settings, files: BuiltinFiles | None) -> ChatContext:
@@ -273,6 +288,7 @@ def _assembled(
     models: list[str],
     passwords: Passwords | None,
     made: tuple[Engine, Worker, Summaries] | None,
+    toolbox: Toolbox | None = None,
 ) -> Services:
     secret = settings.secret_key.get_secret_value()
     return Services(
@@ -296,6 +312,7 @@ def _assembled(
         moderator=core.moderator,
         exports=Exports(db, archive, settings.portability, secret),
         embedder=Embedder(settings.engines.embedding_models),
+        toolbox=toolbox,
         engine=None if made is None else made[0],
         worker=None if made is None else made[1],
         summaries=None if made is None else made[2],
@@ -342,6 +359,7 @@ def make_worker(
     bus: Bus,
     core: _Core,
     context: ChatContext,
+    tool_rounds: ToolRounds | None = None,
 ) -> tuple[Engine, Worker, Summaries]:
     """This process's worker around its engine, and the summaries it folds."""
     runs = settings.runs
@@ -365,5 +383,6 @@ def make_worker(
         concurrency=concurrency,
         metrics=core.metrics,
         moderator=core.moderator,
+        tool_rounds=tool_rounds,
     )
     return engine, worker, summaries

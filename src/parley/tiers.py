@@ -73,6 +73,17 @@ class TierSettings(BaseModel):
         default_factory=lambda: BackoffGuidance(strategy=BackoffStrategy.LINEAR, max_seconds=30)
     )
     moderation: ModerationChoice = Field(default_factory=ModerationChoice)
+    # server-side tools a chat's run may call (tools/toolbox.py names them), and their bounds
+    tools: list[str] = Field(
+        default_factory=lambda: ["search_chats", "read_message", "fetch_url"],
+        description="The server's tools a chat may use; [] for none.",
+    )
+    max_tool_rounds: int = Field(
+        default=4, ge=0, description="Model steps that call tools, in one answer, at most."
+    )
+    max_tool_seconds: float = Field(
+        default=60, gt=0, description="Time the tools of one answer may take, in all."
+    )
 
     @model_validator(mode="after")
     def _downgrade_needs_shedding(self) -> TierSettings:

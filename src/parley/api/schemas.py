@@ -252,6 +252,9 @@ class MessageOut(BaseModel):
         None, description="An answer's tool calls, in OpenAI's shape."
     )
     tool_call_id: str | None = Field(None, description="The call a tool message answers.")
+    tool_steps: list[dict[str, Any]] | None = Field(
+        None, description="The server's tools the answer ran: each call, status and result."
+    )
     status: MessageStatus
     run_id: str | None
     model: str | None

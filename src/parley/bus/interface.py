@@ -11,14 +11,13 @@ from parley.domain import BACKGROUND_PRIORITY
 from parley.errors import Unavailable
 
 
-class EventKind(StrEnum):
-    """SSE event names of a run's stream."""
-
+class EventKind(StrEnum):  # the SSE event names of a run's stream
     STATUS = "status"
     DELTA = "delta"
     REASONING = "reasoning"
     TOOL_CALL = "tool_call"
     LOGPROBS = "logprobs"
+    TOOL_RESULT = "tool_result"
     ERROR = "error"
     DONE = "done"
 

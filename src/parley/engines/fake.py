@@ -6,7 +6,9 @@ messages, or, when the newest message starts with ``/echo ``, the rest of that m
 word by word (how browser tests make the "model" say markdown or markup), or a scripted
 answer: the first of ``answers`` whose pattern the newest message matches, else ``answer``
 when set (how ``parley engine serve --engine fake`` plays a guard model answering
-``unsafe\nS1``). A slot is held
+``unsafe\nS1``). Offered tools, a newest user message of ``/call name {json}`` lines calls
+them (each line a call, all at once), once (``/call-forever``: at every step while tools are
+callable); given their results, it says them back ("Tools said: …"). A slot is held
 from the start of a stream until it ends, is aborted, or its iterator is closed. Like every
 engine, an aborted stream ends with a delta whose finish reason is ``abort``.
 """
@@ -29,9 +31,11 @@ from parley.engines.interface import (
     GenerationRequest,
 )
 from parley.engines.prompt_counts import WordCount
+from parley.engines.tools import ToolCallDelta
 
 FAKE_MODEL = "parley-fake"
 ECHO_PREFIX = "/echo "
+CALL_PREFIX, CALL_FOREVER_PREFIX = "/call ", "/call-forever "
 
 _WORDS = (
     "the quick brown fox jumps over a lazy dog while seven bright stars hum softly across "
@@ -55,7 +59,7 @@ def fake_text(
     messages: list[ChatMessage], n_tokens: int, config: FakeEngineConfig | None = None
 ) -> list[str]:
     """The tokens the fake engine answers with, at most ``n_tokens`` of them."""
-    echo = _scripted(messages, config) or _echo(messages)
+    echo = _tools_said(messages) or _scripted(messages, config) or _echo(messages)
     if echo is not None:
         return echo[:n_tokens]
     seed = hashlib.sha256("\x1e".join(m.content for m in messages).encode()).digest()
@@ -79,8 +83,38 @@ def _scripted(messages: list[ChatMessage], config: FakeEngineConfig | None) -> l
     return None if said is None else re.findall(r"\s*\S+", said)
 
 
+def _tools_said(messages: list[ChatMessage]) -> list[str] | None:
+    """After tool results: what they said (each result's start), as tokens."""
+    if not messages or messages[-1].role != "tool":
+        return None
+    results = []
+    for m in reversed(messages):
+        if m.role != "tool":
+            break
+        results.append(" ".join(m.content.split())[:240])
+    return re.findall(r"\s*\S+", "Tools said: " + " | ".join(reversed(results)))
+
+
+def scripted_calls(request: GenerationRequest) -> tuple[ToolCallDelta, ...]:
+    """The calls a ``/call`` message scripts, when tools are offered and callable."""
+    tools = request.output.tools
+    if tools is None or tools.choice == "none":
+        return ()
+    user = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
+    forever = user.startswith(CALL_FOREVER_PREFIX)
+    if not forever and (not user.startswith(CALL_PREFIX) or request.messages[-1].role == "tool"):
+        return ()
+    done = sum(1 for m in request.messages if m.role == "tool")
+    lines = user.split(" ", 1)[1].strip().splitlines()
+    calls = []
+    for i, line in enumerate(line for line in lines if line.strip()):
+        name, _, arguments = line.strip().partition(" ")
+        calls.append(ToolCallDelta(i, f"call_fake_{done}_{i}", name, arguments.strip() or "{}"))
+    return tuple(calls)
+
+
 def _answer_length(messages: list[ChatMessage], config: FakeEngineConfig) -> int:
-    echo = _scripted(messages, config) or _echo(messages)
+    echo = _tools_said(messages) or _scripted(messages, config) or _echo(messages)
     return config.output_tokens if echo is None else len(echo)
 
 
@@ -115,6 +149,10 @@ class FakeEngine:
             prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 yield Delta("", 0, FinishReason.ABORT, prompt)
+                return
+            calls = scripted_calls(request)
+            if calls:
+                yield Delta("", len(calls), FinishReason.TOOL_CALLS, prompt, tool_calls=calls)
                 return
             # tokens come on a schedule (first + i * latency), as an engine's do, however
             # long the consumer takes with each: a slow consumer falls behind, it does not

@@ -31,6 +31,9 @@ EXPORT_FILE_NAME = "parley-export.json"
 """The document's name inside an export archive (beside each chat's Markdown)."""
 
 
+PART_FIELDS = {"reasoning", "tool_calls", "tool_call_id", "tool_steps"}
+
+
 class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,6 +89,8 @@ class MessageDocument(_Document):
     reasoning: str | None = None
     tool_calls: list[ToolCallDocument] | None = None
     tool_call_id: str | None = None
+    # the server's tools the answer ran: each call, its status and result
+    tool_steps: list[dict[str, Any]] | None = None
     status: MessageStatus
     model: str | None = None
     downgraded_from: str | None = None
@@ -262,10 +267,7 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
             ImportedMessage(
                 role=m.role,
                 content=storable(m.content),
-                parts=m.model_dump(
-                    include={"reasoning", "tool_calls", "tool_call_id"}, exclude_none=True
-                )
-                or None,
+                parts=m.model_dump(include=PART_FIELDS, exclude_none=True) or None,
                 created_at=m.created_at.astimezone(UTC),
                 status=(
                     MessageStatus.CANCELLED if m.status is MessageStatus.IN_PROGRESS else m.status

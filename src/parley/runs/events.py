@@ -95,6 +95,18 @@ class LogprobsEvent(_Event):
     content: list[dict[str, Any]]
 
 
+class ToolResultEvent(_Event):
+    """`event: tool_result`: a server-side tool ran one of the answer's calls (`id`, the
+    call's): how it went (`ok`, `error`, `refused`, `timeout`) and the start of what it gave
+    the model (`preview`)."""
+
+    kind: ClassVar[EventKind] = EventKind.TOOL_RESULT
+    id: str
+    name: str
+    status: str
+    preview: str
+
+
 class ErrorEvent(_Event):
     """`event: error`: why the run failed or was rejected; `done` follows. Without an id and
     with `retry_after`, the stream itself was cut (`dependency_unavailable`): resume it from
@@ -123,6 +135,7 @@ StreamEvent = (
     | ReasoningEvent
     | ToolCallEvent
     | LogprobsEvent
+    | ToolResultEvent
     | ErrorEvent
     | DoneEvent
 )
@@ -134,6 +147,7 @@ EVENT_TYPES: Final[dict[EventKind, type[StreamEvent]]] = {
         ReasoningEvent,
         ToolCallEvent,
         LogprobsEvent,
+        ToolResultEvent,
         ErrorEvent,
         DoneEvent,
     )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 
 from parley.domain import FinishReason, RunStatus
 from parley.engines.interface import Delta, EngineError
-from parley.engines.tools import ToolCallDelta, assembled
+from parley.engines.tools import ToolCall, ToolCallDelta, assembled
 from parley.outages import outage
 from parley.runs.moderated import OutputRefused
-from parley.store.parts import MessageParts
+from parley.store.parts import MessageParts, ToolStep
 from parley.store.run_records import Outcome
 from parley.store.schema import Run
 from parley.text import storable
@@ -29,6 +30,13 @@ class Progress:
     lease_lost: bool = False  # the sweeper (or a newer attempt) has the run now
     error: Exception | None = None
     over: bool = False  # generation has ended: a cancel arriving now changes nothing
+    # a chat's server-side tools (``runs/tool_rounds.py``): the steps run so far, the
+    # earlier model steps' prompt tokens, where this step's text and calls begin
+    steps: list[ToolStep] = field(default_factory=list)
+    earlier_prompt_tokens: int = 0
+    _round_text: int = 0
+    _round_calls: int = 0
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set by a stop
 
     def take(self, delta: Delta) -> None:
         """Count a delta in (its text once it is on the stream)."""
@@ -49,15 +57,57 @@ class Progress:
     def stopped(self) -> bool:
         return self.cancelled or self.lease_lost
 
+    def stop(self, *, lease_lost: bool = False) -> None:
+        """Cancelled (or the lease lost): what runs for the run stops at once."""
+        if lease_lost:
+            self.lease_lost = True
+        else:
+            self.cancelled = True
+        self.stopping.set()
+
+    def numbered(self, delta: Delta) -> Delta:
+        """A delta with its calls numbered after the earlier steps' (one answer's calls
+        have one index each)."""
+        offset = self._round_calls_offset
+        if not offset or not delta.tool_calls:
+            return delta
+        calls = tuple(replace(c, index=c.index + offset) for c in delta.tool_calls)
+        return replace(delta, tool_calls=calls)
+
+    @property
+    def _round_calls_offset(self) -> int:
+        return len({c.index for c in self.calls[: self._round_calls]})
+
+    def round_calls(self) -> list[ToolCall]:
+        """The calls this model step made."""
+        return assembled(self.calls[self._round_calls :])
+
+    def round_text(self) -> str:
+        return "".join(self.text[self._round_text :])
+
+    def next_round(self, steps: list[ToolStep]) -> None:
+        """This step's calls ran: the next model step begins."""
+        self.steps += steps
+        self.earlier_prompt_tokens += self.prompt_tokens or 0
+        self.prompt_tokens = None
+        self.finish = None
+        self._round_text, self._round_calls = len(self.text), len(self.calls)
+
     def outcome(self, prompt_tokens: int | None) -> Outcome:
         """How the run ends: cancelled, failed (engine error, or an abort nobody asked for),
         or completed. ``prompt_tokens``: the count known before generating."""
         outcome = self._outcome(prompt_tokens)
+        if outcome.prompt_tokens is not None and self.earlier_prompt_tokens:
+            total = outcome.prompt_tokens + self.earlier_prompt_tokens
+            outcome = replace(outcome, prompt_tokens=total)
         return replace(outcome, cached_tokens=self.cached_tokens, parts=self.parts())
 
     def parts(self) -> MessageParts:
-        """The answer's reasoning and calls, as its message keeps them."""
+        """The answer's reasoning and calls (or, when the server ran them, its steps), as
+        its message keeps them."""
         reasoning = storable("".join(self.reasoning)) or None
+        if self.steps:
+            return MessageParts(reasoning, steps=tuple(self.steps))
         return MessageParts(reasoning, tuple(assembled(self.calls)))
 
     def _outcome(self, prompt_tokens: int | None) -> Outcome:

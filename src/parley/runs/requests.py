@@ -32,6 +32,7 @@ class SendRequest:
     edit_of: str | None = None  # a user message this one replaces: its sibling, a new branch
     regenerate: str | None = None  # a message whose answer is made again (content unused)
     attachment_ids: tuple[str, ...] = ()  # the chat's waiting files sent with the message
+    tools: tuple[str, ...] = ()  # the server's tools the answer may call
 
 
 def program_hash(req: ProgramRequest, encoded_input: str) -> str:

@@ -82,7 +82,20 @@ class Rules:
             request_hash=request_hash(chat_id, req) if key else None,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
             attachment_ids=req.attachment_ids,
+            tools=self.check_tools(tier, req.tools),
         )
+
+    def check_tools(self, tier: TierSettings, asked: tuple[str, ...]) -> tuple[str, ...]:
+        """The tools asked for, each one the tier allows (a 400 naming the first not)."""
+        for name in asked:
+            if name not in tier.tools:
+                raise ValidationFailed(
+                    f"the tool {quoted(name)} is not one your tier may use "
+                    f"({', '.join(tier.tools) or 'none'})",
+                    code="tool_not_allowed",
+                    param="tools",
+                )
+        return asked
 
     def check_content(self, content: str) -> None:
         if not content.strip():

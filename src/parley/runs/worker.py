@@ -1,22 +1,12 @@
-"""The worker: takes runs by priority, generates, streams deltas, honours cancel, ends runs.
+"""The worker: takes runs by priority, generates, streams deltas, honours cancel, ends runs
+through the ``Finisher``, guarded by this worker still holding the run (docs/RUNS.md).
 
-A run ends through the ``Finisher`` (stored state, settled budget, terminal events), guarded
-by this worker still holding the run.
-
-Every event this worker appends for a run carries the run's attempt number as a fencing
-token: once the sweeper has taken the run back (and raised the stream's fence past this
-attempt), the bus refuses this worker's appends. A worker that wakes late (SIGSTOP, a long
-pause) therefore cannot write into a stream another attempt owns; it stops generating and
-gives up its lease at once, so the sweeper recovers the run on its next pass.
-
-One asyncio task per run, at most ``concurrency`` at once. Each run holds a lease on its
-row, renewed while it works; the sweeper recovers runs whose lease lapses. Cancel is
-watched concurrently with generation, so a stop frees the engine slot even while the
-engine is still before its first token.
-
-Each run's task binds the run's id (and, once claimed, its user's id) to the log context
-(``parley.logs``): a run logs a line when it starts and one when it ends (ids, counts and
-status, never the conversation).
+Every append carries the run's attempt as a fencing token: once the sweeper took the run
+back, the bus refuses this worker's appends; a worker that wakes late stops and gives up its
+lease at once. One asyncio task per run, at most ``concurrency``, each holding a renewed
+lease on its row; cancel is watched beside generation (a stop frees the engine slot even
+before the first token). A run's task binds its ids to the log context (``parley.logs``):
+a line when it starts and one when it ends (ids, counts, status; never the conversation).
 """
 
 from __future__ import annotations
@@ -27,6 +17,7 @@ import logging
 import os
 import socket
 from datetime import timedelta
+from functools import partial
 
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
@@ -46,6 +37,7 @@ from parley.runs.moderated import OutputRefused, moderated
 from parley.runs.progress import Progress, storable_delta
 from parley.runs.run_slots import RunSlots
 from parley.runs.settings import RunSettings
+from parley.runs.tool_rounds import ToolRounds
 from parley.safety.moderator import Moderator
 from parley.store import run_records
 from parley.store.database import Database
@@ -73,8 +65,10 @@ class Worker:
         worker_id: str | None = None,
         metrics: Metrics | None = None,
         moderator: Moderator | None = None,
+        tool_rounds: ToolRounds | None = None,
     ) -> None:
         self._moderator = moderator
+        self._tool_rounds = tool_rounds
         self._db = db
         self._bus = bus
         self._engine = engine
@@ -247,7 +241,7 @@ class Worker:
             if prompt.refusal is not None:
                 progress.error = prompt.refusal
             elif await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
-                await self._stream(run, prompt.request, progress)
+                await self._answer(run, prompt.request, progress)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -291,6 +285,14 @@ class Worker:
         )
         return ended
 
+    async def _answer(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
+        """One model step, or as many as a chat's server tools take (``tool_rounds.py``)."""
+        rounds = self._tool_rounds
+        if rounds is None or not (tools := rounds.tools_of(run)):
+            return await self._stream(run, request, progress)
+        step, append = partial(self._stream, run), partial(self._append, run)
+        await rounds.answer(run, request, progress, tools, step, append)
+
     async def _stream(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
         if progress.cancelled or await self._bus.cancel_requested(run.id):
             progress.cancelled = True  # stopped before the engine saw it
@@ -307,7 +309,7 @@ class Worker:
             stream = self._metrics.timed(run, stream)
         try:
             async for generated in stream:
-                delta = storable_delta(generated)  # what the stream carries, the store keeps
+                delta = progress.numbered(storable_delta(generated))  # as streamed and stored
                 if not await self._append(run, delta_events(delta), progress):
                     break
                 progress.take(delta)
@@ -331,7 +333,7 @@ class Worker:
 
     async def _lose(self, run_id: str, progress: Progress) -> None:
         if not progress.lease_lost:
-            progress.lease_lost = True
+            progress.stop(lease_lost=True)
             await self._engine.abort(run_id)
 
     async def _give_up(self, run: Run) -> None:
@@ -348,7 +350,7 @@ class Worker:
         wait = self._settings.lease_seconds
         while not progress.over:
             if await self._bus.wait_cancel(run_id, timeout=wait) and not progress.over:
-                progress.cancelled = True
+                progress.stop()
                 await self._engine.abort(run_id)
                 return
 

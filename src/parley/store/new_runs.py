@@ -4,6 +4,7 @@ already claimed by the worker it is handed to."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import cast
@@ -57,6 +58,7 @@ class NewRun:
     traceparent: str | None = None  # W3C trace context of the request that made the run
     prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
     downgraded_from: str | None = None  # the model asked for, when shedding chose ``model``
+    tools: tuple[str, ...] = ()  # the server's tools the run may call (tools/toolbox.py)
     # where the user message goes on the chat's tree: after this message (None: a root);
     # ACTIVE_LEAF: after the branch shown (a plain send), resolved when the run is made
     after: str | None = ACTIVE_LEAF
@@ -99,6 +101,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "reserved_tokens": new.reserved_tokens,
         "traceparent": new.traceparent,
         "prompt_tokens": new.prompt_tokens,
+        "tools": json.dumps(list(new.tools)) if new.tools else None,
         "created_at": now,
     }
     try:  # one INSERT built once (the ORM's unit of work cost more than SQLite's own work)

@@ -14,13 +14,26 @@ from parley.engines.tools import ToolCall
 
 
 @dataclass(frozen=True, slots=True)
+class ToolStep:
+    """A server-side tool's run within an answer: the call, how it went, what it gave."""
+
+    call: ToolCall
+    status: str
+    result: str
+
+    def wire(self) -> dict[str, Any]:
+        return {**self.call.wire(), "status": self.status, "result": self.result}
+
+
+@dataclass(frozen=True, slots=True)
 class MessageParts:
     reasoning: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # calls for the caller to run (``/v1``'s)
     tool_call_id: str | None = None
+    steps: tuple[ToolStep, ...] = ()  # calls the server ran, with their results
 
     def __bool__(self) -> bool:
-        return bool(self.reasoning or self.tool_calls or self.tool_call_id)
+        return bool(self.reasoning or self.tool_calls or self.tool_call_id or self.steps)
 
     def wire(self) -> dict[str, Any]:
         """As the API, exports and archives carry it: only what it holds."""
@@ -31,6 +44,8 @@ class MessageParts:
             out["tool_calls"] = [c.wire() for c in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.steps:
+            out["tool_steps"] = [s.wire() for s in self.steps]
         return out
 
     def to_json(self) -> str | None:
@@ -42,12 +57,13 @@ class MessageParts:
         if not data:
             return cls()
         calls = tuple(_call(c) for c in data.get("tool_calls") or ())
+        steps = tuple(_step(s) for s in data.get("tool_steps") or ())
         reasoning, call_id = data.get("reasoning"), data.get("tool_call_id")
         if reasoning is not None and not isinstance(reasoning, str):
             raise ValueError("reasoning is a string")
         if call_id is not None and not isinstance(call_id, str):
             raise ValueError("tool_call_id is a string")
-        return cls(reasoning or None, calls, call_id)
+        return cls(reasoning or None, calls, call_id, steps)
 
     @classmethod
     def from_json(cls, text: str | None) -> MessageParts:
@@ -63,6 +79,13 @@ def prompt_message(role: str, content: str, parts: MessageParts) -> ChatMessage:
 def counted_text(content: str, parts: MessageParts) -> str:
     """What a stored message's tokens are counted from: its text and its calls."""
     return content + "".join(c.name + c.arguments for c in parts.tool_calls)
+
+
+def _step(data: Any) -> ToolStep:
+    status, result = data.get("status"), data.get("result")
+    if not (isinstance(status, str) and isinstance(result, str)):
+        raise ValueError("a tool step has a status and a result, each a string")
+    return ToolStep(_call(data), status, result)
 
 
 def _call(data: Any) -> ToolCall:

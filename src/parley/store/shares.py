@@ -68,13 +68,22 @@ def snapshot_of(path: Sequence[Message]) -> list[SharedMessage]:
             m.content,
             m.created_at,
             m.model,
-            MessageParts.from_json(m.parts).wire() or None,
+            shared_parts(MessageParts.from_json(m.parts)) or None,
         )
         for m in path
         if m.role in _SHOWN_ROLES
         and m.status is not MessageStatus.REJECTED
         and in_prompt(m.role, m.status, m.content)
     ]
+
+
+def shared_parts(parts: MessageParts) -> dict[str, Any]:
+    """What a shared page shows of a message's parts: that a server tool ran (its name and
+    status), never what it was given or gave back."""
+    out = parts.wire()
+    if parts.steps:
+        out["tool_steps"] = [{"name": s.call.name, "status": s.status} for s in parts.steps]
+    return out
 
 
 async def chat_messages(s: AsyncSession, chat: Chat) -> list[Message]:
@@ -163,5 +172,5 @@ def _decode(raw: dict[str, Any]) -> SharedMessage:
         content=str(raw["content"]),
         created_at=datetime.fromisoformat(str(raw["created_at"])),
         model=None if model is None else str(model),
-        parts=MessageParts.from_wire(raw.get("parts")).wire() or None,
+        parts=parts if isinstance(parts := raw.get("parts"), dict) and parts else None,
     )

@@ -26,6 +26,7 @@ class ToolContext:
     user_id: str
     chat_id: str | None
     run_id: str
+    message_id: str | None = None  # the user message the run answers
 
 
 @dataclass(frozen=True, slots=True)

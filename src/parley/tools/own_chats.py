@@ -75,9 +75,10 @@ class SearchChats:
                 )
         except InvalidRequest as e:
             return ToolOutcome.refused(e.message)
-        if not page.items:
+        hits = [h for h in page.items if h.message_id is None or h.message_id != context.message_id]
+        if not hits:  # (the message that asked is not an answer to itself)
             return ToolOutcome(ToolStatus.OK, f"no chat of the user's matches {query!r}")
-        return ToolOutcome(ToolStatus.OK, "\n".join(_hit(h) for h in page.items))
+        return ToolOutcome(ToolStatus.OK, "\n".join(_hit(h) for h in hits))
 
 
 def _hit(hit: Hit) -> str:

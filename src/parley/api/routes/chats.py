@@ -165,6 +165,7 @@ def _message(m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree
     parts = MessageParts.from_json(m.parts)
     out.reasoning, out.tool_call_id = parts.reasoning, parts.tool_call_id
     out.tool_calls = [c.wire() for c in parts.tool_calls] or None
+    out.tool_steps = [s.wire() for s in parts.steps] or None
     if m.id in tree.nodes:
         out.sibling_ids = [n.id for n in tree.siblings(m.id)]
         out.sibling_index = out.sibling_ids.index(m.id) + 1

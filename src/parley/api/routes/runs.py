@@ -113,6 +113,7 @@ def _send_request(body: MessageCreate) -> SendRequest:
         body.sampling_params(),
         edit_of=body.edit_of,
         attachment_ids=tuple(body.attachment_ids),
+        tools=tuple(dict.fromkeys(body.tools)),
     )
 
 

@@ -50,6 +50,9 @@ class SharedMessageOut(BaseModel):
     reasoning: str | None = Field(None, description="An answer's reasoning, apart from it.")
     tool_calls: list[dict[str, Any]] | None = Field(None, description="An answer's tool calls.")
     tool_call_id: str | None = Field(None, description="The call a tool's result answers.")
+    tool_steps: list[dict[str, Any]] | None = Field(
+        None, description="The server's tools the answer ran (their names and statuses only)."
+    )
 
 
 class SharedChat(BaseModel):
@@ -205,6 +208,9 @@ def _item(m: SharedMessage) -> str:
         else ""
     )
     calls = "".join(_call(c) for c in parts.get("tool_calls") or ())
+    for step in parts.get("tool_steps") or ():
+        name, status = escape(str(step.get("name"))), escape(str(step.get("status")))
+        calls += f'<p class="tool-step">Ran {name} ({status})</p>'
     kind = "tool-result" if m.role == "tool" else "content plain"
     return (
         f'<li class="message {escape(m.role)}"><div class="bubble">'

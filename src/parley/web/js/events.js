@@ -6,6 +6,7 @@ export const EVENT = Object.freeze({
   REASONING: "reasoning",
   TOOL_CALL: "tool_call",
   LOGPROBS: "logprobs",
+  TOOL_RESULT: "tool_result",
   ERROR: "error",
   DONE: "done",
 });

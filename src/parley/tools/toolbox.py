@@ -1,0 +1,46 @@
+"""The server's tools, by name: what a chat's run may call (``fetch_url``, ``search_chats``,
+``read_message``). Built once per process by the composition root; a tier names the ones its
+users may choose (``TierSettings.tools``), a send the ones its answer may call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from parley.archive.archiver import Archiver
+from parley.errors import ConfigurationError
+from parley.store.database import Database
+from parley.store.pages import Cursors
+from parley.tiers import TierSettings
+from parley.tools.fetch import FetchUrl
+from parley.tools.interface import Tool
+from parley.tools.own_chats import ReadMessage, SearchChats
+from parley.tools.settings import ToolSettings
+
+
+class Toolbox:
+    def __init__(
+        self, settings: ToolSettings, db: Database, cursors: Cursors, archiver: Archiver
+    ) -> None:
+        self._fetch = FetchUrl(settings.fetch)
+        tools: list[Tool] = [self._fetch, SearchChats(db, cursors), ReadMessage(db, archiver)]
+        self._tools = {t.spec.function.name: t for t in tools}
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def chosen(self, names: Iterable[str]) -> list[Tool]:
+        """The tools of these names (unknown names left out)."""
+        return [self._tools[n] for n in names if n in self._tools]
+
+    def check_tiers(self, tiers: dict[str, TierSettings]) -> None:
+        """Every tool a tier names is one of the server's (checked at start-up)."""
+        for name, tier in tiers.items():
+            unknown = [t for t in tier.tools if t not in self._tools]
+            if unknown:
+                raise ConfigurationError(
+                    f"tier {name!r} names tools the server does not have: {', '.join(unknown)} "
+                    f"(it has {', '.join(self._tools)})"
+                )
+
+    async def close(self) -> None:
+        await self._fetch.close()
