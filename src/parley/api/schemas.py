@@ -85,6 +85,7 @@ class TierOut(BaseModel):
     max_concurrent_runs: int
     max_output_tokens: int
     models: list[str]
+    tools: list[str] = Field(default_factory=list, description="The server's tools it allows.")
 
 
 class BudgetOut(BaseModel):

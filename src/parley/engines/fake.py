@@ -154,28 +154,33 @@ class FakeEngine:
             if calls:
                 yield Delta("", len(calls), FinishReason.TOOL_CALLS, prompt, tool_calls=calls)
                 return
-            # tokens come on a schedule (first + i * latency), as an engine's do, however
-            # long the consumer takes with each: a slow consumer falls behind, it does not
-            # slow the engine down
-            loop = asyncio.get_running_loop()
-            due = loop.time()
-            for i, token in enumerate(tokens):
-                if i:
-                    due += self.config.inter_token_latency
-                    if await _sleep_unless(aborted, due - loop.time()):
-                        yield Delta("", 0, FinishReason.ABORT)
-                        return
-                last = i == len(tokens) - 1
-                finish = None
-                if last:
-                    cut = full > request.max_tokens
-                    finish = FinishReason.LENGTH if cut else FinishReason.STOP
-                yield Delta(token, 1, finish, prompt if i == 0 else None)
-            if not tokens:
-                yield Delta("", 0, FinishReason.LENGTH, prompt)
+            cut = full > request.max_tokens
+            async for delta in self._paced(tokens, prompt, aborted, cut):
+                yield delta
         finally:
             self._active.pop(request.request_id, None)
             self._slots.release()
+
+    async def _paced(
+        self, tokens: list[str], prompt: int, aborted: asyncio.Event, cut: bool
+    ) -> AsyncIterator[Delta]:
+        """The tokens on a schedule (first + i * latency), as an engine's come, however long
+        the consumer takes with each: a slow consumer falls behind, it does not slow the
+        engine down."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        for i, token in enumerate(tokens):
+            if i:
+                due += self.config.inter_token_latency
+                if await _sleep_unless(aborted, due - loop.time()):
+                    yield Delta("", 0, FinishReason.ABORT)
+                    return
+            finish = None
+            if i == len(tokens) - 1:
+                finish = FinishReason.LENGTH if cut else FinishReason.STOP
+            yield Delta(token, 1, finish, prompt if i == 0 else None)
+        if not tokens:
+            yield Delta("", 0, FinishReason.LENGTH, prompt)
 
     async def start(self) -> None:
         """Nothing runs in the background until the first request."""

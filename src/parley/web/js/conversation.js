@@ -16,10 +16,11 @@ export class Conversation {
    * hooks: {chatCreated(chat), chatTouched(chatId), runFinished(), streamingChanged(bool),
    *         restoreDraft(text)}
    */
-  constructor({ notices, banner, models, hooks }) {
+  constructor({ notices, banner, models, tools, hooks }) {
     this.notices = notices;
     this.banner = banner;
     this.models = models; // ModelPicker: which model the next message goes to
+    this.tools = tools; // ToolPicker: which server tools the next answer may call
     this.hooks = hooks;
     this.scroller = byId("messages");
     this.list = byId("message-list");
@@ -55,6 +56,7 @@ export class Conversation {
     this.status.textContent = "";
     this.title.textContent = "New chat";
     this.empty.hidden = chatId !== null;
+    this.tools.forChat(chatId);
     if (chatId === null) {
       this.models.forNewChat();
       return;
@@ -136,6 +138,7 @@ export class Conversation {
     if (this.busy || !text.trim()) return false;
     const controller = this.begin(null);
     const model = this.models.value; // fixed now: a retry must send the same body
+    const tools = this.tools.value;
     const files = [...this.files.files]; // (so are the files)
     try {
       // a new chat is made first; a 429/503 (the database failing over) waits on the banner
@@ -154,7 +157,7 @@ export class Conversation {
       this.scrollToBottom();
       const key = newKey();
       const ids = files.map((f) => f.id);
-      const post = () => this.post(chatId, { content: text, model, ids }, key, controller.signal);
+      const post = () => this.post(chatId, { content: text, model, ids, tools }, key, controller.signal);
       const first = await this.admitted(post, controller.signal);
       if (first === null) {
         user.el.remove();
@@ -199,9 +202,10 @@ export class Conversation {
   }
 
   /** message: {content, model, ids} (model null: the server's default; ids: its files). */
-  post(chatId, { content, model, ids = [] }, key, signal) {
+  post(chatId, { content, model, ids = [], tools = [] }, key, signal) {
     const json = model ? { content, model } : { content };
     if (ids.length) json.attachment_ids = ids;
+    if (tools.length) json.tools = tools;
     return send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages`, {
       json,
       headers: { "Idempotency-Key": key },
@@ -257,6 +261,7 @@ export class Conversation {
         delta: (data) => view.append(data.text, data.replace),
         reasoning: (data) => view.appendReasoning(data.text),
         toolCall: (data) => view.appendCall(data),
+        toolResult: (data) => view.appendResult(data),
         error: (data) => (failure = data.message),
         reconnecting: () => view.setStatus("reconnecting"),
         done: (data) => {

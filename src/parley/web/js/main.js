@@ -7,6 +7,7 @@ import { Conversation } from "./conversation.js";
 import { DataPanel } from "./data.js";
 import { byId } from "./dom.js";
 import { ModelPicker } from "./models.js";
+import { ToolPicker } from "./tools.js";
 import { Notices } from "./notices.js";
 import { MESSAGE_HASH, revealMessage, SearchBox } from "./search.js";
 import { SharesPanel } from "./shares.js";
@@ -22,6 +23,7 @@ class App {
     this.account = new AccountPanel(this.notices);
     this.auth = new AuthForm(() => this.enter());
     this.models = new ModelPicker(this.notices);
+    this.tools = new ToolPicker(this.notices);
     this.sidebar = new Sidebar({
       notices: this.notices,
       hooks: {
@@ -34,6 +36,7 @@ class App {
       notices: this.notices,
       banner: this.banner,
       models: this.models,
+      tools: this.tools,
       hooks: {
         chatCreated: (chat) => this.chatCreated(chat),
         chatTouched: (chatId) => this.sidebar.touchId(chatId),
@@ -94,6 +97,7 @@ class App {
     // before the shell shows: a message sent meanwhile would be cut off by openRoute
     try {
       await this.models.load(); // (the user's tier decides which)
+      await this.tools.load();
     } catch (err) {
       return this.notices.error(err); // a 401: the log-in screen
     }
@@ -142,6 +146,7 @@ class App {
   }
 
   chatCreated(chat) {
+    this.tools.chatCreated(chat.id);
     history.pushState(null, "", `/c/${encodeURIComponent(chat.id)}`);
     this.sidebar.touch(chat);
     this.sidebar.setActive(chat.id);

@@ -22,11 +22,13 @@ export class MessageView {
     this.role = message.role;
     this.text = message.content || "";
     this.reasoningText = message.reasoning || "";
-    // calls by index: {id, name, arguments}
-    this.calls = (message.tool_calls || []).map((c) => ({
+    // calls by index: {id, name, arguments}, and for the server's tools {status, result}
+    this.calls = [...(message.tool_calls || []), ...(message.tool_steps || [])].map((c) => ({
       id: c.id,
       name: c.function.name,
       arguments: c.function.arguments,
+      status: c.status || null,
+      result: c.result ?? null,
     }));
     this.frame = 0;
     // dir="auto" + unicode-bidi: isolate (app.css): the text's own direction, and a bidi
@@ -50,7 +52,7 @@ export class MessageView {
       "li",
       { class: `message ${this.role}`, dataset: { role: this.role } },
       h("span", { class: "visually-hidden" }, said),
-      h("div", { class: "bubble" }, fileList(message.attachments), this.reasoning, body, this.callList, this.note),
+      h("div", { class: "bubble" }, fileList(message.attachments), this.reasoning, this.callList, body, this.note),
     );
     this.setIds(message);
     this.setStatus(message.status || "completed", message.error ? message.error.message : null);
@@ -108,10 +110,19 @@ export class MessageView {
 
   /** A fragment of a tool call: its id and name come first, then pieces of its arguments. */
   appendCall({ index, id, name, arguments: args }) {
-    const call = (this.calls[index] ||= { id: null, name: "", arguments: "" });
+    const call = (this.calls[index] ||= { id: null, name: "", arguments: "", status: null, result: null });
     if (id) call.id = id;
     if (name) call.name = name;
     call.arguments += args || "";
+    this.schedule();
+  }
+
+  /** A server-side tool ran a call: its status and the start of its result. */
+  appendResult({ id, status, preview }) {
+    const call = this.calls.find((c) => c && c.id === id);
+    if (!call) return;
+    call.status = status;
+    call.result = preview;
     this.schedule();
   }
 
@@ -149,8 +160,9 @@ export class MessageView {
         h(
           "details",
           { class: "tool-call", dataset: { index: String(index) }, open: open.has(String(index)) },
-          h("summary", {}, `Called ${call.name || "a tool"}`),
+          h("summary", {}, `Called ${call.name || "a tool"}${stepStatus(call, this.streaming)}`),
           h("pre", {}, h("code", {}, call.arguments)),
+          call.result === null ? null : h("pre", { class: "tool-output" }, call.result),
         ),
       ),
     );
@@ -162,6 +174,12 @@ export class MessageView {
     this.frame = 0;
     this.render();
   }
+}
+
+/** A server tool's call: how it went, or that it is running (a chat's live answer). */
+function stepStatus(call, streaming) {
+  if (call.status) return ` · ${call.status}`;
+  return streaming ? " · running…" : "";
 }
 
 /** Where the typing caret goes: the end of the last paragraph or list item, if any. */

@@ -79,6 +79,8 @@ async function consume(response, state, on) {
       on.reasoning?.(data);
     } else if (ev.event === EVENT.TOOL_CALL) {
       on.toolCall?.(data);
+    } else if (ev.event === EVENT.TOOL_RESULT) {
+      on.toolResult?.(data);
     } else if (ev.event === EVENT.ERROR && data.code === "dependency_unavailable") {
       state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
       return null;

@@ -1,0 +1,60 @@
+"""A chat that calls two of the server's tools, in a real headless Chromium (issue 43): the
+user ticks the tools for the chat, the fake engine's scripted calls run, each call shows
+as a folded step with its status and result, a reload in the middle of the answer resumes
+it (the steps, the choice of tools and the answer all still there), and the answer is made
+from the tools' results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.e2e.conftest import Server, ServerFactory, fake_engine, log_in, shot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tools_server(servers: ServerFactory) -> Server:
+    # a slow answer after the tools: time to reload in the middle of it
+    return servers(**fake_engine(ttft_ms=100, itl_ms=200, tokens=60))
+
+
+def test_a_chat_calls_two_tools_and_survives_a_reload(
+    context: BrowserContext, page: Page, tools_server: Server
+) -> None:
+    api = log_in(context, tools_server)
+    chat = api.post("/api/chats", {"title": "Herons"})
+    api.wait_run(api.send(chat["id"], "/echo my heron is called Gwendolyn")["run_id"])
+    fact = next(m for m in api.messages(chat["id"]) if m["role"] == "user")
+    page.goto(f"{tools_server.url}/c/{chat['id']}")
+    page.get_by_label("Search my chats").check()
+    page.get_by_label("Read my messages").check()
+    read = json.dumps({"chat_id": chat["id"], "message_id": fact["id"]})
+    page.locator("#prompt").fill(
+        f'/call search_chats {{"query": "Gwendolyn"}}\nread_message {read}'
+    )
+    page.keyboard.press("Enter")
+    steps = page.locator("li.assistant").last.locator("details.tool-call")
+    expect(steps).to_have_count(2)
+    expect(steps.nth(0).locator("summary")).to_have_text("Called search_chats · ok")
+    expect(steps.nth(1).locator("summary")).to_have_text("Called read_message · ok")
+    expect(page.locator("li.assistant").last.locator(".content")).to_contain_text("Tools said")
+    page.reload()  # mid-answer: the rest of it streams in after the reload
+    answer = page.locator("li.assistant").last
+    expect(answer.locator("details.tool-call")).to_have_count(2)
+    expect(page.get_by_label("Search my chats")).to_be_checked()  # the chat's choice
+    expect(answer).to_have_attribute("data-status", "completed", timeout=60_000)
+    expect(answer.locator(".content")).to_contain_text("Gwendolyn")
+    answer.locator("details.tool-call").nth(1).locator("summary").click()
+    expect(answer.locator("details.tool-call").nth(1).locator(".tool-output")).to_contain_text(
+        "my heron is called Gwendolyn"
+    )
+    expect(answer.locator("details.tool-call").nth(0).locator("summary")).to_have_text(
+        "Called search_chats · ok"
+    )
+    shot(page, "tools-after-reload")
+    (run,) = [m for m in api.messages(chat["id"]) if m.get("tool_steps")]
+    assert [s["function"]["name"] for s in run["tool_steps"]] == ["search_chats", "read_message"]
