@@ -212,7 +212,7 @@ def build_services(
     engine = build_engine(settings.engines, files) if worker else None
     context = chat_context(settings, None if engine is None else files)
     toolbox = tools_of(settings, db, archive)
-    rounds = ToolRounds(toolbox, settings.qos)
+    rounds = ToolRounds(toolbox, settings.qos, core.moderator)
     made = None if engine is None else make_worker(settings, engine, db, bus, core, context, rounds)
     submitter = Submitter(
         db,

@@ -26,6 +26,7 @@ from parley.engines.tools import ToolCall, ToolUse
 from parley.qos.settings import QosSettings
 from parley.runs.events import ToolResultEvent, encode
 from parley.runs.progress import Progress
+from parley.safety.moderator import Moderator
 from parley.store.parts import ToolStep
 from parley.store.schema import Run
 from parley.tools.interface import Tool, ToolContext, ToolOutcome, ToolStatus
@@ -41,9 +42,12 @@ Append = Callable[[list[Any], Progress], Awaitable[bool]]  # events, under the f
 
 
 class ToolRounds:
-    def __init__(self, toolbox: Toolbox, qos: QosSettings) -> None:
+    def __init__(
+        self, toolbox: Toolbox, qos: QosSettings, moderator: Moderator | None = None
+    ) -> None:
         self._toolbox = toolbox
         self._qos = qos
+        self._moderator = moderator
 
     def tools_of(self, run: Run) -> list[Tool]:
         """The tools the run may call: those its send chose that its tier allows now."""
@@ -110,7 +114,20 @@ class ToolRounds:
                 await asyncio.gather(work, return_exceptions=True)
         if work.cancelled() or progress.stopped:
             return None
-        return list(zip(calls, work.result(), strict=True))
+        checked = [await self._checked(run, outcome) for outcome in work.result()]
+        return list(zip(calls, checked, strict=True))
+
+    async def _checked(self, run: Run, outcome: ToolOutcome) -> ToolOutcome:
+        """A result is untrusted input: the tier's input classifiers (prompt-injection
+        heuristics among them) judge it before the model reads it; one they refuse is
+        withheld, and the model and the user are told why."""
+        if self._moderator is None or outcome.status is not ToolStatus.OK:
+            return outcome
+        ruling = await self._moderator.check_input(run.tier, outcome.content)
+        if not ruling.blocked:
+            return outcome
+        why = ruling.reason if ruling.unavailable else ruling.category
+        return ToolOutcome.refused(f"the tool's result was withheld by the content policy ({why})")
 
 
 async def _call(
