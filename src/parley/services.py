@@ -235,7 +235,8 @@ def build_services(
 
 def tools_of(settings: Settings, db: Database, archive: Archiver) -> Toolbox:
     """The server's tools, every one a tier names among them (else ConfigurationError)."""
-    toolbox = Toolbox(settings.tools, db, Cursors(settings.secret_key.get_secret_value()), archive)
+    secret = settings.secret_key.get_secret_value()
+    toolbox = Toolbox(settings.tools, db, Cursors(secret), archive, settings.data_dir)
     toolbox.check_tiers(settings.qos.tiers)
     return toolbox
 

@@ -75,7 +75,7 @@ class TierSettings(BaseModel):
     moderation: ModerationChoice = Field(default_factory=ModerationChoice)
     # server-side tools a chat's run may call (tools/toolbox.py names them), and their bounds
     tools: list[str] = Field(
-        default_factory=lambda: ["search_chats", "read_message", "fetch_url"],
+        default_factory=lambda: ["search_chats", "read_message", "fetch_url", "run_python"],
         description="The server's tools a chat may use; [] for none.",
     )
     max_tool_rounds: int = Field(

@@ -49,8 +49,8 @@ class MessageCreate(Sampled):
     tools: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=32)] = Field(
         default_factory=list,
         description="The server's tools the answer may call (`search_chats`, `read_message`, "
-        "`fetch_url`), within the tier's; the answer calls them, reads their results and "
-        "goes on, within the tier's `max_tool_rounds` and `max_tool_seconds`.",
+        "`fetch_url`, `run_python`), within the tier's; the answer calls them, reads their "
+        "results and goes on, within the tier's `max_tool_rounds` and `max_tool_seconds`.",
     )
 
 

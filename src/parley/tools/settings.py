@@ -34,7 +34,25 @@ class FetchSettings(BaseModel):
         return value
 
 
+class SandboxSettings(BaseModel):
+    """``run_python``: Python in a bubblewrap sandbox (no network, a read-only system, the
+    chat's own scratch directory, run as an unprivileged user under resource limits)."""
+
+    model_config = {"extra": "forbid"}
+
+    bwrap: str = Field(default="bwrap", description="bubblewrap's command (Debian: bubblewrap).")
+    python: str = Field(default="/usr/bin/python3", description="The Python the code runs in.")
+    uid: int = Field(default=65534, ge=1, description="The user it runs as (nobody).")
+    cpu_seconds: int = Field(default=10, gt=0)
+    wall_seconds: float = Field(default=30, gt=0)
+    memory_mb: int = Field(default=512, gt=0)
+    max_processes: int = Field(default=32, gt=0)
+    max_file_mb: int = Field(default=50, gt=0, description="A file it writes, at most.")
+    max_output_chars: int = Field(default=20_000, gt=0, description="What it prints, at most.")
+
+
 class ToolSettings(BaseModel):
     model_config = {"extra": "forbid"}
 
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)

@@ -1,10 +1,13 @@
 """The server's tools, by name: what a chat's run may call (``fetch_url``, ``search_chats``,
-``read_message``). Built once per process by the composition root; a tier names the ones its
-users may choose (``TierSettings.tools``), a send the ones its answer may call."""
+``read_message``, ``run_python`` where this machine can sandbox it). Built once per process
+by the composition root; a tier names the ones its users may choose (``TierSettings.tools``),
+a send the ones its answer may call."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from pathlib import Path
 
 from parley.archive.archiver import Archiver
 from parley.errors import ConfigurationError
@@ -14,15 +17,31 @@ from parley.tiers import TierSettings
 from parley.tools.fetch import FetchUrl
 from parley.tools.interface import Tool
 from parley.tools.own_chats import ReadMessage, SearchChats
+from parley.tools.sandbox import RunPython, unavailable
 from parley.tools.settings import ToolSettings
+
+log = logging.getLogger(__name__)
+
+
+KNOWN = ("search_chats", "read_message", "fetch_url", "run_python")
 
 
 class Toolbox:
     def __init__(
-        self, settings: ToolSettings, db: Database, cursors: Cursors, archiver: Archiver
+        self,
+        settings: ToolSettings,
+        db: Database,
+        cursors: Cursors,
+        archiver: Archiver,
+        data_dir: Path,
     ) -> None:
         self._fetch = FetchUrl(settings.fetch)
         tools: list[Tool] = [self._fetch, SearchChats(db, cursors), ReadMessage(db, archiver)]
+        missing = unavailable(settings.sandbox, data_dir)
+        if missing is None:
+            tools.append(RunPython(settings.sandbox, data_dir))
+        else:  # the other tools serve on; a chat that asks for it is told it is not here
+            log.warning("run_python is left out: %s", missing)
         self._tools = {t.spec.function.name: t for t in tools}
 
     def names(self) -> list[str]:
@@ -35,11 +54,11 @@ class Toolbox:
     def check_tiers(self, tiers: dict[str, TierSettings]) -> None:
         """Every tool a tier names is one of the server's (checked at start-up)."""
         for name, tier in tiers.items():
-            unknown = [t for t in tier.tools if t not in self._tools]
+            unknown = [t for t in tier.tools if t not in KNOWN]
             if unknown:
                 raise ConfigurationError(
                     f"tier {name!r} names tools the server does not have: {', '.join(unknown)} "
-                    f"(it has {', '.join(self._tools)})"
+                    f"(it has {', '.join(KNOWN)})"
                 )
 
     async def close(self) -> None:

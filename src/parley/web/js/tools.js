@@ -9,6 +9,7 @@ const LABELS = {
   search_chats: "Search my chats",
   read_message: "Read my messages",
   fetch_url: "Fetch web pages",
+  run_python: "Run Python",
 };
 const NEW_CHAT = "new";
 

@@ -1,0 +1,142 @@
+"""``run_python`` in its bubblewrap sandbox (issue 43): code runs and its files stay in the
+chat's scratch directory; and each way out fails as a clear tool outcome within its limit,
+the host unharmed — the network, the server's data directory, /etc/shadow, a fork bomb,
+10 GB written, an endless loop, 100 MB printed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from parley.tools.interface import ToolContext, ToolOutcome, ToolStatus
+from parley.tools.sandbox import RunPython, unavailable
+from parley.tools.settings import SandboxSettings
+
+CONTEXT = ToolContext(user_id="user_ada", chat_id="chat_1", run_id="run_1")
+LIMITS = {"cpu_seconds": 2, "wall_seconds": 6, "max_file_mb": 5, "max_output_chars": 5_000}
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A data directory the sandbox's user may pass through (pytest's own are 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="parley-sandbox-"))
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox(data_dir: Path) -> RunPython:
+    settings = SandboxSettings(**LIMITS)
+    assert unavailable(settings, data_dir) is None, "`make test` installs bubblewrap"
+    (data_dir / "parley.db").write_text("the server's own data")
+    return RunPython(settings, data_dir)
+
+
+async def run(sandbox: RunPython, code: str, context: ToolContext = CONTEXT) -> ToolOutcome:
+    return await sandbox.call({"code": code}, context)
+
+
+async def test_code_runs_and_its_files_stay_in_the_chats_scratch(
+    sandbox: RunPython, data_dir: Path
+) -> None:
+    made = await run(sandbox, "open('notes.txt', 'w').write('heron'); print(6 * 7)")
+    assert made.status is ToolStatus.OK and made.content.startswith("42")
+    assert "notes.txt" in made.content
+    again = await run(sandbox, "print(open('notes.txt').read())")
+    assert again.content.startswith("heron")  # the chat's files stay between calls
+    other = ToolContext(user_id="user_ada", chat_id="chat_2", run_id="run_2")
+    fresh = await run(sandbox, "import os; print(os.listdir('.'))", other)
+    assert fresh.content.startswith("[]")  # another chat: a fresh directory
+    assert (data_dir / "sandbox" / "user_ada" / "chat_1" / "notes.txt").read_text() == "heron"
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "import socket; s = socket.create_connection(('1.1.1.1', 80), timeout=3)",
+            "Network is unreachable",
+        ),
+        (
+            "import urllib.request; urllib.request.urlopen('http://example.com', timeout=3)",
+            "URLError",
+        ),
+        ("print(open('/etc/shadow').read())", "No such file"),
+        ("import os; print(os.listdir('/'))", "'usr'"),  # all it sees
+    ],
+)
+async def test_the_network_and_the_hosts_files_are_out_of_reach(
+    sandbox: RunPython, data_dir: Path, code: str, said: str
+) -> None:
+    outcome = await run(sandbox, code)
+    assert said in outcome.content, outcome.content
+    assert str(data_dir) not in outcome.content
+
+
+async def test_the_hosts_network_is_out_of_reach(sandbox: RunPython) -> None:
+    """A server listening on the host's loopback: the sandbox's loopback is its own (and
+    empty), and no other network is there."""
+    accepted: list[bool] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(True)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        local = await run(
+            sandbox,
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 3)\nprint('in')",
+        )
+        outside = await run(
+            sandbox, "import socket\nsocket.create_connection(('93.184.216.34', 80), 3)"
+        )
+    finally:
+        server.close()
+    assert "Connection refused" in local.content and not local.content.startswith("in")
+    assert accepted == []
+    assert "Network is unreachable" in outside.content
+
+
+async def test_the_servers_data_directory_is_not_there(sandbox: RunPython, data_dir: Path) -> None:
+    outcome = await run(sandbox, f"print(open({str(data_dir / 'parley.db')!r}).read())")
+    assert outcome.status is ToolStatus.ERROR and "No such file" in outcome.content
+    assert "the server's own data" not in outcome.content
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said", "within"),
+    [
+        ("import os\nwhile True:\n    os.fork()", ToolStatus.ERROR, "", 8),  # a fork bomb
+        (
+            "f = open('big', 'wb')\nfor _ in range(10 * 1024):\n    f.write(b'x' * 1024 * 1024)",
+            ToolStatus.ERROR,
+            "a file larger than 5 MB",
+            8,
+        ),
+        ("while True:\n    pass", ToolStatus.ERROR, "more than 2 s of CPU", 8),
+        ("import time\ntime.sleep(60)", ToolStatus.TIMEOUT, "longer than 6 s", 8),
+        ("print('x' * 100_000_000)", ToolStatus.ERROR, "printed more than 5000", 8),
+        ("x = bytearray(4 * 1024 ** 3)", ToolStatus.ERROR, "MemoryError", 8),
+    ],
+    ids=["fork-bomb", "10-GB", "endless-loop", "sleep", "100-MB-print", "4-GB-memory"],
+)
+async def test_each_way_out_ends_as_a_clear_outcome_within_its_limit(
+    sandbox: RunPython, data_dir: Path, code: str, status: ToolStatus, said: str, within: float
+) -> None:
+    started = time.monotonic()
+    outcome = await run(sandbox, code)
+    assert time.monotonic() - started < within
+    assert outcome.status is status and said in outcome.content, outcome.content
+    big = data_dir / "sandbox" / "user_ada" / "chat_1" / "big"
+    assert not big.exists() or big.stat().st_size <= 5 * 1024 * 1024  # the host unharmed
+    assert os.getloadavg()  # (and this process alive to say so)
