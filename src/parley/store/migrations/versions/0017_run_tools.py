@@ -1,5 +1,6 @@
-"""runs: ``tools``, the server's tools a chat's run may call (a JSON list of names; NULL:
-none), chosen with the message it answers (issue 43).
+"""runs: ``tools``, the server's tools a chat's run may call
+
+A JSON list of names (NULL: none), chosen with the message the run answers (issue 43).
 
 Revision ID: 0017
 Revises: 0016
