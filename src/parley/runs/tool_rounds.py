@@ -49,12 +49,12 @@ class ToolRounds:
         self._qos = qos
         self._moderator = moderator
 
-    def tools_of(self, run: Run) -> list[Tool]:
+    async def tools_of(self, run: Run) -> list[Tool]:
         """The tools the run may call: those its send chose that its tier allows now."""
         if not run.tools:
             return []
         allowed = self._qos.tier(run.tier).tools
-        return self._toolbox.chosen(n for n in json.loads(run.tools) if n in allowed)
+        return await self._toolbox.chosen(n for n in json.loads(run.tools) if n in allowed)
 
     async def answer(
         self,

@@ -288,7 +288,7 @@ class Worker:
     async def _answer(self, run: Run, request: GenerationRequest, progress: Progress) -> None:
         """One model step, or as many as a chat's server tools take (``tool_rounds.py``)."""
         rounds = self._tool_rounds
-        if rounds is None or not (tools := rounds.tools_of(run)):
+        if rounds is None or not (tools := await rounds.tools_of(run)):
             return await self._stream(run, request, progress)
         step, append = partial(self._stream, run), partial(self._append, run)
         await rounds.answer(run, request, progress, tools, step, append)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ipaddress import ip_network
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 
 class FetchSettings(BaseModel):
@@ -51,8 +51,36 @@ class SandboxSettings(BaseModel):
     max_output_chars: int = Field(default=20_000, gt=0, description="What it prints, at most.")
 
 
+class McpServerSettings(BaseModel):
+    """An MCP server whose tools chats may call: over Streamable HTTP (``url``) or a local
+    command speaking stdio (``command``). A tier allows it as ``mcp:<name>``."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict, description="For a stdio command.")
+    timeout_seconds: float = Field(default=30, gt=0, description="One call, at most.")
+    list_ttl_seconds: float = Field(default=300, ge=0, description="Its tool list, cached.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.url is None) == (self.command is None):
+            raise ValueError(f"MCP server {self.name!r}: give it a url or a command, not both")
+        return self
+
+
 class ToolSettings(BaseModel):
     model_config = {"extra": "forbid"}
 
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ToolSettings:
+        names = [s.name for s in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ValueError("two MCP servers have one name")
+        return self

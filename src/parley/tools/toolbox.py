@@ -16,6 +16,7 @@ from parley.store.pages import Cursors
 from parley.tiers import TierSettings
 from parley.tools.fetch import FetchUrl
 from parley.tools.interface import Tool
+from parley.tools.mcp import PREFIX, McpServers
 from parley.tools.own_chats import ReadMessage, SearchChats
 from parley.tools.sandbox import RunPython, unavailable
 from parley.tools.settings import ToolSettings
@@ -43,22 +44,27 @@ class Toolbox:
         else:  # the other tools serve on; a chat that asks for it is told it is not here
             log.warning("run_python is left out: %s", missing)
         self._tools = {t.spec.function.name: t for t in tools}
+        self._mcp = McpServers(settings.mcp_servers)
 
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def chosen(self, names: Iterable[str]) -> list[Tool]:
-        """The tools of these names (unknown names left out)."""
-        return [self._tools[n] for n in names if n in self._tools]
+    async def chosen(self, names: Iterable[str]) -> list[Tool]:
+        """The tools of these names (unknown names left out), an ``mcp:<server>`` standing
+        for that server's tools (none while it cannot be reached)."""
+        asked = list(names)
+        own = [self._tools[n] for n in asked if n in self._tools]
+        return own + await self._mcp.tools(asked)
 
     def check_tiers(self, tiers: dict[str, TierSettings]) -> None:
         """Every tool a tier names is one of the server's (checked at start-up)."""
+        known = [*KNOWN, *(f"{PREFIX}{n}" for n in self._mcp.names())]
         for name, tier in tiers.items():
-            unknown = [t for t in tier.tools if t not in KNOWN]
+            unknown = [t for t in tier.tools if t not in known]
             if unknown:
                 raise ConfigurationError(
                     f"tier {name!r} names tools the server does not have: {', '.join(unknown)} "
-                    f"(it has {', '.join(KNOWN)})"
+                    f"(it has {', '.join(known)})"
                 )
 
     async def close(self) -> None:

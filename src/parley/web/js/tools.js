@@ -63,7 +63,7 @@ export class ToolPicker {
             checked: chosen.has(name),
             onchange: () => save(this.chatId, this.value),
           }),
-          ` ${LABELS[name] || name}`,
+          ` ${LABELS[name] || (name.startsWith("mcp:") ? `MCP: ${name.slice(4)}` : name)}`,
         ),
       ),
     );
