@@ -278,3 +278,56 @@ def _statuses_in_stream(key: str) -> list[str]:
     finally:
         client.close()
     return [json.loads(f["d"])["status"] for _, f in entries if f["k"] == "status"]
+
+
+@pytest.fixture
+def slow_page() -> Iterator[str]:
+    """A page that takes 30 s to answer (a tool running when its worker is killed)."""
+    import http.server
+    import threading
+    import time
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(30)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/slow"
+    server.shutdown()
+
+
+async def test_sigkill_of_the_worker_mid_tool_leaves_no_run_running(
+    cluster: Cluster, slow_page: str
+) -> None:
+    """A chat's answer is running a tool (a page that takes 30 s) when its worker is
+    killed: the run ends failed (worker_lost), its stream with error and done; no run is
+    left running, and the call is never made again."""
+    cluster.env["PARLEY_TOOLS__FETCH__ALLOW_NETWORKS"] = '["127.0.0.1/32"]'
+    _, base = cluster.api()
+    worker = cluster.worker()
+    auth = await _login(base)
+    chat_id = await _chat(base, auth)
+    body = {"content": "/call fetch_url " + json.dumps({"url": slow_page}), "tools": ["fetch_url"]}
+    seen: list[Event] = []
+    async with (
+        asyncio.timeout(60),
+        httpx.AsyncClient(base_url=base, timeout=30) as c,
+        c.stream("POST", f"/api/chats/{chat_id}/messages", json=body, headers=auth) as r,
+    ):
+        async for ev in events(r):
+            seen.append(ev)
+            if ev.event == "tool_call":
+                worker.kill()
+            if ev.event == "done":
+                break
+    assert [e.event for e in seen[-2:]] == ["error", "done"], [e.event for e in seen]
+    assert not any(e.event == "tool_result" for e in seen)
+    run = await _run(base, auth, seen[0].data["run_id"])
+    assert (run["status"], run["error"]["code"]) == ("failed", "worker_lost")

@@ -6,8 +6,9 @@ sweepers racing each other, or a worker, change a run at most once.
 - A running run whose lease lapsed (once this sweeper has reached the database for a whole
   lease since it last failed to: a database outage stops renewals, not workers): its
   attempt is fenced out of the stream (the bus refuses that attempt's appends from then
-  on), then it is re-queued if nothing was streamed yet (up to ``max_run_attempts``; it
-  holds its user's run slot again), otherwise ``failed`` with its partial text.
+  on), then it is re-queued if nothing of its answer was streamed yet — no text, reasoning,
+  call or tool result — (up to ``max_run_attempts``; it holds its user's run slot again),
+  otherwise ``failed`` with its partial text (a call is never made twice).
 - A queued run older than ``requeue_stale_after_seconds``: put on the queue again
   (a no-op if it is there), which covers an in-process queue lost in a restart.
 - A queued run sent longer ago than its tier's ``max_queue_wait_seconds`` (counted from
@@ -42,6 +43,11 @@ from parley.store.schema import Run
 from parley.tiers import TierSettings
 
 log = logging.getLogger(__name__)
+
+# what a run's answer is made of: once any is streamed, the run is not run again
+OUTPUT = frozenset(
+    {EventKind.DELTA, EventKind.REASONING, EventKind.TOOL_CALL, EventKind.TOOL_RESULT}
+)
 
 
 class Sweeper:
@@ -153,10 +159,12 @@ class Sweeper:
             log.warning("run %s lost its worker mid-stream: failed, partial text kept", run.id)
 
     async def _streamed_text(self, run_id: str) -> tuple[str, int] | None:
-        """The text streamed so far and its token count; None if no delta was streamed."""
+        """The text streamed so far and the tokens of all the output; None if no output
+        was streamed at all (no text, reasoning, call or tool result: a run that made a call
+        is never run again, so that no call is made twice)."""
         entries = await self._bus.read(run_id, None, timeout=0, count=self._stream_maxlen)
-        events = [decode(e.event) for e in entries if e.event.kind is EventKind.DELTA]
-        deltas = [e for e in events if isinstance(e, DeltaEvent)]
-        if not deltas:
+        events = [decode(e.event) for e in entries if e.event.kind in OUTPUT]
+        if not events:
             return None
-        return "".join(d.text for d in deltas), sum(d.tokens for d in deltas)
+        text = "".join(e.text for e in events if isinstance(e, DeltaEvent))
+        return text, sum(getattr(e, "tokens", 0) for e in events)
