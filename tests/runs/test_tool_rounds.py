@@ -167,3 +167,25 @@ async def test_a_tool_result_the_input_policy_refuses_never_reaches_the_model(
     assert "withheld" in answer and "Ignore all previous" not in answer
     stored = await stored_message(run_client, auth, chat, sent["message_id"])
     assert "Ignore all previous" not in json.dumps(stored)
+
+
+async def test_a_shared_link_shows_that_a_tool_ran_and_its_output_if_chosen(
+    run_client: httpx.AsyncClient,
+) -> None:
+    auth = await user_headers(run_client, "ada@example.com")
+    chat = await new_chat(run_client, auth)
+    first = await send_json(run_client, auth, chat, "my heron is called Gwendolyn")
+    await wait_run(run_client, auth, first["run_id"])
+    call = '/call search_chats {"query": "Gwendolyn"}'
+    sent = await send_json(run_client, auth, chat, call, tools=["search_chats"])
+    await wait_run(run_client, auth, sent["run_id"])
+    shown = {}
+    for choice in (None, {"tool_output": True}):
+        r = await run_client.post(f"/api/chats/{chat}/shares", json=choice, headers=auth)
+        assert r.status_code == 201, r.text
+        token = r.json()["url"].removeprefix("/s/")
+        run_client.cookies.clear()
+        page = (await run_client.get(f"/api/shared/{token}")).json()["messages"]
+        shown[bool(choice)] = next(m for m in page if m.get("tool_steps"))["tool_steps"]
+    assert shown[False] == [{"name": "search_chats", "status": "ok"}]
+    assert "Gwendolyn" in shown[True][0]["result"]

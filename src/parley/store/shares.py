@@ -58,17 +58,18 @@ def shown_path(messages: Sequence[Message], leaf_id: str | None) -> list[Message
     return [by_id[i] for i in tree.path_ids]
 
 
-def snapshot_of(path: Sequence[Message]) -> list[SharedMessage]:
+def snapshot_of(path: Sequence[Message], *, tool_output: bool = False) -> list[SharedMessage]:
     """What a reader of the link sees: the user's messages and the answers a prompt would
     carry (completed, or stopped after saying something); no refused prompts, no answers
-    still being written, failed or refused."""
+    still being written, failed or refused. A server tool's steps show its name and status,
+    and (``tool_output``: the owner chose so) its arguments and result."""
     return [
         SharedMessage(
             m.role.value,
             m.content,
             m.created_at,
             m.model,
-            shared_parts(MessageParts.from_json(m.parts)) or None,
+            shared_parts(MessageParts.from_json(m.parts), tool_output=tool_output) or None,
         )
         for m in path
         if m.role in _SHOWN_ROLES
@@ -77,11 +78,11 @@ def snapshot_of(path: Sequence[Message]) -> list[SharedMessage]:
     ]
 
 
-def shared_parts(parts: MessageParts) -> dict[str, Any]:
+def shared_parts(parts: MessageParts, *, tool_output: bool = False) -> dict[str, Any]:
     """What a shared page shows of a message's parts: that a server tool ran (its name and
-    status), never what it was given or gave back."""
+    status), and what it was given and gave back only if the owner chose so."""
     out = parts.wire()
-    if parts.steps:
+    if parts.steps and not tool_output:
         out["tool_steps"] = [{"name": s.call.name, "status": s.status} for s in parts.steps]
     return out
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from html import escape
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Body, Response, status
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
@@ -42,6 +42,14 @@ class ShareList(BaseModel):
     data: list[ShareOut]
 
 
+class ShareCreate(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    tool_output: bool = Field(
+        default=False, description="Show what the chat's server tools were given and gave back."
+    )
+
+
 class SharedMessageOut(BaseModel):
     role: str
     content: str
@@ -68,15 +76,22 @@ class SharedChat(BaseModel):
     response_model=ShareOut,
     responses=errors(*AUTHED, 404, 503),
 )
-async def create_share(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ShareOut:
+async def create_share(
+    chat_id: str,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    body: Annotated[ShareCreate | None, Body()] = None,
+) -> ShareOut:
     """Publish a snapshot of the chat's shown branch as it is now; later messages are not
-    added to it. Each call makes a new link."""
+    added to it. Each call makes a new link. A server tool's steps show only that it ran
+    unless `tool_output` is true."""
     async with svc.db.transaction() as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)
         rows = None if chat.archived_at is not None else await shares.chat_messages(s, chat)
     if rows is None:
         rows = (await svc.archiver.read(chat)).messages
-    snapshot = shares.snapshot_of(shares.shown_path(rows, chat.active_leaf_id))
+    shown = shares.shown_path(rows, chat.active_leaf_id)
+    snapshot = shares.snapshot_of(shown, tool_output=body is not None and body.tool_output)
     async with svc.db.transaction() as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)  # still there
         share = await shares.create_share(s, chat=chat, messages=snapshot)
@@ -209,13 +224,26 @@ def _item(m: SharedMessage) -> str:
     )
     calls = "".join(_call(c) for c in parts.get("tool_calls") or ())
     for step in parts.get("tool_steps") or ():
-        name, status = escape(str(step.get("name"))), escape(str(step.get("status")))
-        calls += f'<p class="tool-step">Ran {name} ({status})</p>'
+        calls += _step(step)
     kind = "tool-result" if m.role == "tool" else "content plain"
     return (
         f'<li class="message {escape(m.role)}"><div class="bubble">'
         f'<div class="who">{escape(who)}</div>{folded}'
         f'<div class="{kind}" dir="auto">{escape(m.content)}</div>{calls}</div></li>'
+    )
+
+
+def _step(step: dict[str, Any]) -> str:
+    """A server tool's step: that it ran, and (the owner chose so) what it gave back."""
+    function = step.get("function") or {}
+    name = escape(str(step.get("name") or function.get("name")))
+    status = escape(str(step.get("status")))
+    if "result" not in step:
+        return f'<p class="tool-step">Ran {name} ({status})</p>'
+    return (
+        f'<details class="tool-call"><summary>Ran {name} ({status})</summary>'
+        f"<pre>{escape(str(function.get('arguments')))}</pre>"
+        f"<pre>{escape(str(step['result']))}</pre></details>"
     )
 
 
