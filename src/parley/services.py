@@ -44,6 +44,7 @@ from parley.runs.refusals import Refusals
 from parley.runs.relay import Relay
 from parley.runs.submit import Submitter
 from parley.runs.sweeper import Sweeper
+from parley.runs.tool_confirmations import Confirmations
 from parley.runs.tool_rounds import ToolRounds
 from parley.runs.worker import Worker
 from parley.safety.moderator import Moderator
@@ -212,7 +213,8 @@ def build_services(
     engine = build_engine(settings.engines, files) if worker else None
     context = chat_context(settings, None if engine is None else files)
     toolbox = tools_of(settings, db, archive)
-    rounds = ToolRounds(toolbox, settings.qos, core.moderator)
+    confirming = Confirmations(bus, settings.tools)
+    rounds = ToolRounds(toolbox, settings.qos, core.moderator, confirming)
     made = None if engine is None else make_worker(settings, engine, db, bus, core, context, rounds)
     submitter = Submitter(
         db,

@@ -58,3 +58,33 @@ def test_a_chat_calls_two_tools_and_survives_a_reload(
     shot(page, "tools-after-reload")
     (run,) = [m for m in api.messages(chat["id"]) if m.get("tool_steps")]
     assert [s["function"]["name"] for s in run["tool_steps"]] == ["search_chats", "read_message"]
+
+
+@pytest.fixture
+def confirm_server(servers: ServerFactory) -> Server:
+    return servers(
+        **fake_engine(ttft_ms=50, itl_ms=20, tokens=20),
+        PARLEY_TOOLS__CONFIRM='["search_chats"]',
+    )
+
+
+def test_a_marked_tool_asks_the_user_first(
+    context: BrowserContext, page: Page, confirm_server: Server
+) -> None:
+    api = log_in(context, confirm_server)
+    chat = api.post("/api/chats", {"title": "Asking"})
+    page.goto(f"{confirm_server.url}/c/{chat['id']}")
+    page.get_by_label("Search my chats").check()
+    for allow, status in ((True, "ok"), (False, "refused")):
+        page.locator("#prompt").fill('/call search_chats {"query": "heron"}')
+        page.keyboard.press("Enter")
+        answer = page.locator("li.assistant").last
+        button = answer.get_by_role("button", name="Allow" if allow else "Deny")
+        expect(button).to_be_visible()
+        shot(page, f"tool-confirm-{status}")
+        button.click()
+        expect(answer.locator("details.tool-call summary")).to_have_text(
+            f"Called search_chats · {status}"
+        )
+        expect(answer).to_have_attribute("data-status", "completed")
+        expect(answer.get_by_role("button", name="Allow")).to_have_count(0)

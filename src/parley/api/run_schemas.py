@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from parley.api.schemas import Strict, Text
 from parley.domain import RunSource, RunStatus
 from parley.engines.sampling import SamplingParams
-from parley.json_types import Integer, Number
+from parley.json_types import Flag, Integer, Number
 from parley.runs.events import (
     DeltaEvent,
     DoneEvent,
@@ -52,6 +52,15 @@ class MessageCreate(Sampled):
         "`fetch_url`, `run_python`), within the tier's; the answer calls them, reads their "
         "results and goes on, within the tier's `max_tool_rounds` and `max_tool_seconds`.",
     )
+
+
+class ToolAnswer(Strict):
+    approve: Flag = Field(description="Whether the call may run.")
+
+
+class ToolAnswerOut(BaseModel):
+    id: str = Field(description="The call answered.")
+    approve: bool
 
 
 class Regenerate(Sampled):

@@ -18,6 +18,8 @@ class EventKind(StrEnum):  # the SSE event names of a run's stream
     TOOL_CALL = "tool_call"
     LOGPROBS = "logprobs"
     TOOL_RESULT = "tool_result"
+    TOOL_CONFIRM = "tool_confirm"
+    TOOL_ANSWER = "tool_answer"
     ERROR = "error"
     DONE = "done"
 
@@ -88,9 +90,8 @@ class BusLimits:
     stream_maxlen: int = 20_000
     stream_ttl_seconds: float = 3600.0
     cancel_ttl_seconds: float = 3600.0
-    # a process's appends to run streams queued while one round trip is out go together in
-    # the next (Redis: one pipelined round trip for every run, not one per token per run)
-    append_batching: bool = True
+    # appends queued while one round trip is out go together in the next (Redis: one
+    append_batching: bool = True  # pipelined round trip for every run, not one per token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,26 @@ class ToolResultEvent(_Event):
     preview: str
 
 
+class ToolConfirmEvent(_Event):
+    """`event: tool_confirm`: a call of a tool the operator marked waits for the user's
+    yes or no (`POST /api/runs/{run_id}/tool-calls/{id}`), for `seconds` at most."""
+
+    kind: ClassVar[EventKind] = EventKind.TOOL_CONFIRM
+    id: str
+    name: str
+    arguments: str
+    seconds: float
+
+
+class ToolAnswerEvent(_Event):
+    """`event: tool_answer`: the user's answer to a `tool_confirm` (the call `id` runs if
+    `approve`)."""
+
+    kind: ClassVar[EventKind] = EventKind.TOOL_ANSWER
+    id: str
+    approve: bool
+
+
 class ErrorEvent(_Event):
     """`event: error`: why the run failed or was rejected; `done` follows. Without an id and
     with `retry_after`, the stream itself was cut (`dependency_unavailable`): resume it from
@@ -136,6 +156,8 @@ StreamEvent = (
     | ToolCallEvent
     | LogprobsEvent
     | ToolResultEvent
+    | ToolConfirmEvent
+    | ToolAnswerEvent
     | ErrorEvent
     | DoneEvent
 )
@@ -148,6 +170,8 @@ EVENT_TYPES: Final[dict[EventKind, type[StreamEvent]]] = {
         ToolCallEvent,
         LogprobsEvent,
         ToolResultEvent,
+        ToolConfirmEvent,
+        ToolAnswerEvent,
         ErrorEvent,
         DoneEvent,
     )

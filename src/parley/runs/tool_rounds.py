@@ -26,6 +26,7 @@ from parley.engines.tools import ToolCall, ToolUse
 from parley.qos.settings import QosSettings
 from parley.runs.events import ToolResultEvent, encode
 from parley.runs.progress import Progress
+from parley.runs.tool_confirmations import Confirmations
 from parley.safety.moderator import Moderator
 from parley.store.parts import ToolStep
 from parley.store.schema import Run
@@ -43,11 +44,16 @@ Append = Callable[[list[Any], Progress], Awaitable[bool]]  # events, under the f
 
 class ToolRounds:
     def __init__(
-        self, toolbox: Toolbox, qos: QosSettings, moderator: Moderator | None = None
+        self,
+        toolbox: Toolbox,
+        qos: QosSettings,
+        moderator: Moderator | None = None,
+        confirming: Confirmations | None = None,
     ) -> None:
         self._toolbox = toolbox
         self._qos = qos
         self._moderator = moderator
+        self._confirming = confirming
 
     async def tools_of(self, run: Run) -> list[Tool]:
         """The tools the run may call: those its send chose that its tier allows now."""
@@ -78,7 +84,10 @@ class ToolRounds:
             calls = progress.round_calls()
             if progress.stopped or progress.finish is not FinishReason.TOOL_CALLS or not calls:
                 return
-            outcomes = await self._run_calls(run, calls, tools, deadline, progress)
+            allowed = await self._allowed(run, calls, progress, append)
+            if allowed is None:
+                return
+            outcomes = await self._run_calls(run, calls, tools, deadline, progress, allowed)
             if outcomes is None:  # stopped while its tools ran
                 return
             if not await append([_event(call, outcome) for call, outcome in outcomes], progress):
@@ -95,14 +104,23 @@ class ToolRounds:
         tools: list[Tool],
         deadline: float,
         progress: Progress,
+        allowed: dict[str, ToolOutcome],
     ) -> list[tuple[ToolCall, ToolOutcome]] | None:
-        """Every call's outcome (side by side, within the deadline); None if the run was
-        stopped meanwhile (the calls cancelled)."""
+        """Every call's outcome (side by side, within the deadline; a call the user did not
+        allow has its outcome in ``allowed`` already); None if the run was stopped meanwhile
+        (the calls cancelled)."""
         by_name = {t.spec.function.name: t for t in tools}
         context = ToolContext(run.user_id, run.chat_id, run.id, run.user_message_id)
         remaining = deadline - asyncio.get_running_loop().time()
         work: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(*(_call(by_name, c, context, remaining) for c in calls))
+            asyncio.gather(
+                *(
+                    _refused(allowed[c.id])
+                    if c.id in allowed
+                    else _call(by_name, c, context, remaining)
+                    for c in calls
+                )
+            )
         )
         stopping: asyncio.Future[Any] = asyncio.ensure_future(progress.stopping.wait())
         try:
@@ -117,6 +135,15 @@ class ToolRounds:
         checked = [await self._checked(run, outcome) for outcome in work.result()]
         return list(zip(calls, checked, strict=True))
 
+    async def _allowed(
+        self, run: Run, calls: list[ToolCall], progress: Progress, append: Append
+    ) -> dict[str, ToolOutcome] | None:
+        """The outcomes of the calls the user was asked about and did not allow (none asked
+        when no tool needs it); None if the run was stopped while it waited."""
+        if self._confirming is None:
+            return {}
+        return await self._confirming.ask(run.id, calls, progress, append)
+
     async def _checked(self, run: Run, outcome: ToolOutcome) -> ToolOutcome:
         """A result is untrusted input: the tier's input classifiers (prompt-injection
         heuristics among them) judge it before the model reads it; one they refuse is
@@ -128,6 +155,10 @@ class ToolRounds:
             return outcome
         why = ruling.reason if ruling.unavailable else ruling.category
         return ToolOutcome.refused(f"the tool's result was withheld by the content policy ({why})")
+
+
+async def _refused(outcome: ToolOutcome) -> ToolOutcome:
+    return outcome
 
 
 async def _call(

@@ -77,6 +77,14 @@ class ToolSettings(BaseModel):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     mcp_servers: list[McpServerSettings] = Field(default_factory=list)
+    confirm: list[str] = Field(
+        default_factory=list,
+        description="Tools whose every call waits for the user's yes (`mcp:<server>`: all "
+        "its tools).",
+    )
+    confirm_seconds: float = Field(
+        default=120, gt=0, description="How long a call waits for it; then it is not made."
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ToolSettings:

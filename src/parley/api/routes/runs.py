@@ -17,9 +17,13 @@ from parley.api.run_schemas import (
     RunAccepted,
     RunError,
     RunOut,
+    ToolAnswer,
+    ToolAnswerOut,
 )
+from parley.domain import RunStatus
+from parley.errors import Conflict
 from parley.runs import cancel as cancelling
-from parley.runs.events import KINDS, stream_schema, usage
+from parley.runs.events import KINDS, ToolAnswerEvent, encode, stream_schema, usage
 from parley.runs.relay import run_of
 from parley.runs.requests import SendRequest
 from parley.store.schema import Run
@@ -171,6 +175,26 @@ async def cancel_any_run(run_id: str, who: PrincipalDep, svc: ServicesDep) -> Ru
     """Stop a run by its id alone (a program's run has no chat). A queued run ends at once;
     a running one stops within moments."""
     return run_out(await cancelling.cancel(svc.db, svc.bus, svc.finisher, who, None, run_id))
+
+
+@router.post(
+    "/api/runs/{run_id}/tool-calls/{call_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ToolAnswerOut,
+    responses=errors(400, *AUTHED, 404, 409),
+)
+async def answer_tool_call(
+    run_id: str, call_id: str, body: ToolAnswer, who: PrincipalDep, svc: ServicesDep
+) -> ToolAnswerOut:
+    """Allow (or not) a call of a tool the operator marked, that the running answer waits
+    on (its `tool_confirm` event); the answer reaches the run through its stream."""
+    run = await run_of(svc.db, who, run_id)
+    if run.status is not RunStatus.RUNNING:
+        raise Conflict(
+            f"run {run_id} is {run.status.value}: it waits on no call", code="run_not_running"
+        )
+    await svc.bus.append(run_id, encode(ToolAnswerEvent(id=call_id, approve=body.approve)))
+    return ToolAnswerOut(id=call_id, approve=body.approve)
 
 
 def run_out(run: Run) -> RunOut:

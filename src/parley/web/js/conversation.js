@@ -246,8 +246,21 @@ export class Conversation {
     this.notices.error(err, "Your message was not sent");
   }
 
+  /** The user's answer to a call that waits for it (its run: the view's). */
+  async answerCall(view, callId, approve) {
+    const runId = view.runId;
+    if (!runId) return;
+    try {
+      const path = `/api/runs/${encodeURIComponent(runId)}/tool-calls/${encodeURIComponent(callId)}`;
+      await api("POST", path, { json: { approve } });
+    } catch (err) {
+      this.notices.error(err, "Could not send your answer");
+    }
+  }
+
   /** Follow a run on `view` until done (first: the POST's open response). */
   async stream(view, { first = null, start = null, runId = null }) {
+    view.onAnswer = (callId, approve) => this.answerCall(view, callId, approve);
     const signal = this.active.controller.signal;
     let failure = null;
     const done = await followRun({
@@ -262,6 +275,8 @@ export class Conversation {
         reasoning: (data) => view.appendReasoning(data.text),
         toolCall: (data) => view.appendCall(data),
         toolResult: (data) => view.appendResult(data),
+        toolConfirm: (data) => view.askConfirm(data),
+        toolAnswer: (data) => view.answered(data),
         error: (data) => (failure = data.message),
         reconnecting: () => view.setStatus("reconnecting"),
         done: (data) => {

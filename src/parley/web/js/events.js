@@ -7,6 +7,8 @@ export const EVENT = Object.freeze({
   TOOL_CALL: "tool_call",
   LOGPROBS: "logprobs",
   TOOL_RESULT: "tool_result",
+  TOOL_CONFIRM: "tool_confirm",
+  TOOL_ANSWER: "tool_answer",
   ERROR: "error",
   DONE: "done",
 });

@@ -117,6 +117,22 @@ export class MessageView {
     this.schedule();
   }
 
+  /** A call waits for the user's yes: Allow and Deny under it (``onAnswer`` sends it). */
+  askConfirm({ id }) {
+    const call = this.calls.find((c) => c && c.id === id);
+    if (!call) return;
+    call.asking = true;
+    this.schedule();
+  }
+
+  /** The user's answer reached the run: the buttons go. */
+  answered({ id }) {
+    const call = this.calls.find((c) => c && c.id === id);
+    if (!call) return;
+    call.asking = false;
+    this.schedule();
+  }
+
   /** A server-side tool ran a call: its status and the start of its result. */
   appendResult({ id, status, preview }) {
     const call = this.calls.find((c) => c && c.id === id);
@@ -159,12 +175,29 @@ export class MessageView {
       ...this.calls.map((call, index) =>
         h(
           "details",
-          { class: "tool-call", dataset: { index: String(index) }, open: open.has(String(index)) },
+          { class: "tool-call", dataset: { index: String(index) }, open: open.has(String(index)) || call.asking },
           h("summary", {}, `Called ${call.name || "a tool"}${stepStatus(call, this.streaming)}`),
           h("pre", {}, h("code", {}, call.arguments)),
+          call.asking ? this.confirmButtons(call) : null,
           call.result === null ? null : h("pre", { class: "tool-output" }, call.result),
         ),
       ),
+    );
+  }
+
+  confirmButtons(call) {
+    const answer = (approve) => () => {
+      call.asking = false;
+      this.schedule();
+      this.onAnswer?.(call.id, approve);
+    };
+    return h(
+      "p",
+      { class: "tool-confirm" },
+      `Run ${call.name}? `,
+      h("button", { type: "button", class: "primary", onclick: answer(true) }, "Allow"),
+      " ",
+      h("button", { type: "button", onclick: answer(false) }, "Deny"),
     );
   }
 

@@ -81,6 +81,10 @@ async function consume(response, state, on) {
       on.toolCall?.(data);
     } else if (ev.event === EVENT.TOOL_RESULT) {
       on.toolResult?.(data);
+    } else if (ev.event === EVENT.TOOL_CONFIRM) {
+      on.toolConfirm?.(data);
+    } else if (ev.event === EVENT.TOOL_ANSWER) {
+      on.toolAnswer?.(data);
     } else if (ev.event === EVENT.ERROR && data.code === "dependency_unavailable") {
       state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
       return null;
