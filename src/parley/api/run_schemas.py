@@ -52,6 +52,11 @@ class MessageCreate(Sampled):
         "`fetch_url`, `run_python`), within the tier's; the answer calls them, reads their "
         "results and goes on, within the tier's `max_tool_rounds` and `max_tool_seconds`.",
     )
+    tool_choice: Literal["auto", "required"] = Field(
+        default="auto",
+        description="`required`: the answer's first step must call one of `tools` (then the "
+        "model chooses).",
+    )
 
 
 class ToolAnswer(Strict):

@@ -33,6 +33,7 @@ class SendRequest:
     regenerate: str | None = None  # a message whose answer is made again (content unused)
     attachment_ids: tuple[str, ...] = ()  # the chat's waiting files sent with the message
     tools: tuple[str, ...] = ()  # the server's tools the answer may call
+    tool_first: str = "auto"  # required: its first step must call one of them
 
 
 def program_hash(req: ProgramRequest, encoded_input: str) -> str:

@@ -83,6 +83,7 @@ class Rules:
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
             attachment_ids=req.attachment_ids,
             tools=self.check_tools(tier, req.tools),
+            tool_first=req.tool_first,
         )
 
     def check_tools(self, tier: TierSettings, asked: tuple[str, ...]) -> tuple[str, ...]:

@@ -60,7 +60,8 @@ class ToolRounds:
         if not run.tools:
             return []
         allowed = self._qos.tier(run.tier).tools
-        return await self._toolbox.chosen(n for n in json.loads(run.tools) if n in allowed)
+        names = json.loads(run.tools)["names"]
+        return await self._toolbox.chosen(n for n in names if n in allowed)
 
     async def answer(
         self,
@@ -76,9 +77,11 @@ class ToolRounds:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + tier.max_tool_seconds
         messages = list(request.messages)
+        first = json.loads(run.tools or "{}").get("first", "auto")
         for step in range(tier.max_tool_rounds + 1):
             last = step == tier.max_tool_rounds or loop.time() >= deadline
-            offered = ToolUse(tools=specs, choice="none" if last else "auto")
+            choice = "none" if last else (first if step == 0 else "auto")
+            offered = ToolUse(tools=specs, choice=choice)
             output = request.output.model_copy(update={"tools": offered})
             await stream(replace(request, messages=messages, output=output), progress)
             calls = progress.round_calls()

@@ -59,6 +59,7 @@ class NewRun:
     prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
     downgraded_from: str | None = None  # the model asked for, when shedding chose ``model``
     tools: tuple[str, ...] = ()  # the server's tools the run may call (tools/toolbox.py)
+    tool_first: str = "auto"  # the first step's tool_choice: auto, or required (it must call)
     # where the user message goes on the chat's tree: after this message (None: a root);
     # ACTIVE_LEAF: after the branch shown (a plain send), resolved when the run is made
     after: str | None = ACTIVE_LEAF
@@ -101,7 +102,9 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "reserved_tokens": new.reserved_tokens,
         "traceparent": new.traceparent,
         "prompt_tokens": new.prompt_tokens,
-        "tools": json.dumps(list(new.tools)) if new.tools else None,
+        "tools": (
+            json.dumps({"names": list(new.tools), "first": new.tool_first}) if new.tools else None
+        ),
         "created_at": now,
     }
     try:  # one INSERT built once (the ORM's unit of work cost more than SQLite's own work)

@@ -220,7 +220,7 @@ class Run(Base):
     input: Mapped[str | None] = mapped_column(Text)
     # the answer of a run with no assistant message to hold it
     output: Mapped[str | None] = mapped_column(Text)
-    # the server's tools a chat's run may call (a JSON list of names; None: none)
+    # the server's tools a chat's run may call ({"names", "first"}: JSON; None: none)
     tools: Mapped[str | None] = mapped_column(Text)
     # the W3C trace context of the request that made the run (api → queue → worker)
     traceparent: Mapped[str | None] = mapped_column(String(55))

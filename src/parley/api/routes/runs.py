@@ -118,6 +118,7 @@ def _send_request(body: MessageCreate) -> SendRequest:
         edit_of=body.edit_of,
         attachment_ids=tuple(body.attachment_ids),
         tools=tuple(dict.fromkeys(body.tools)),
+        tool_first=body.tool_choice,
     )
 
 

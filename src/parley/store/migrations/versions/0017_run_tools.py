@@ -1,6 +1,7 @@
 """runs: ``tools``, the server's tools a chat's run may call
 
-A JSON list of names (NULL: none), chosen with the message the run answers (issue 43).
+``{"names": [...], "first": "auto" | "required"}`` (NULL: none), chosen with the message the
+run answers (issue 43); ``first``: whether its first model step must call one.
 
 Revision ID: 0017
 Revises: 0016
