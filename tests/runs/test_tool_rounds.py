@@ -189,3 +189,28 @@ async def test_a_shared_link_shows_that_a_tool_ran_and_its_output_if_chosen(
         shown[bool(choice)] = next(m for m in page if m.get("tool_steps"))["tool_steps"]
     assert shown[False] == [{"name": "search_chats", "status": "ok"}]
     assert "Gwendolyn" in shown[True][0]["result"]
+
+
+async def test_export_and_import_keep_an_answers_tool_steps(run_client: httpx.AsyncClient) -> None:
+    from tests.portability.test_api import _ready_export
+
+    auth = await user_headers(run_client, "ada@example.com")
+    chat = await new_chat(run_client, auth)
+    call = '/call search_chats {"query": "heron"}'
+    sent = await send_json(run_client, auth, chat, call, tools=["search_chats"])
+    await wait_run(run_client, auth, sent["run_id"])
+    mine = await stored_message(run_client, auth, chat, sent["message_id"])
+    ready = await _ready_export(run_client, auth)
+    data = (await run_client.get(ready["download_url"])).content
+    bob = await user_headers(run_client, "bob@example.com")
+    r = await run_client.post(
+        "/api/imports", params={"filename": "export.zip"}, content=data, headers=bob
+    )
+    assert r.status_code == 201, r.text
+    imported = (await run_client.get("/api/chats", headers=bob)).json()["data"][0]["id"]
+    listed = await run_client.get(
+        f"/api/chats/{imported}/messages", params={"order": "asc"}, headers=bob
+    )
+    theirs = next(m for m in listed.json()["data"] if m.get("tool_steps"))
+    assert theirs["tool_steps"] == mine["tool_steps"]
+    assert theirs["content"] == mine["content"]
