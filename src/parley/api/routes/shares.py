@@ -18,6 +18,7 @@ from parley.api.routes import AUTHED, errors
 from parley.api.schemas import Deleted
 from parley.api.web import PAGE_HEADERS
 from parley.errors import NotFound
+from parley.json_types import Flag
 from parley.store import chats, shares
 from parley.store.schema import Share
 from parley.store.shares import SharedMessage
@@ -45,7 +46,7 @@ class ShareList(BaseModel):
 class ShareCreate(BaseModel):
     model_config = {"extra": "forbid"}
 
-    tool_output: bool = Field(
+    tool_output: Flag = Field(
         default=False, description="Show what the chat's server tools were given and gave back."
     )
 
@@ -74,7 +75,7 @@ class SharedChat(BaseModel):
     "/api/chats/{chat_id}/shares",
     status_code=status.HTTP_201_CREATED,
     response_model=ShareOut,
-    responses=errors(*AUTHED, 404, 503),
+    responses=errors(400, *AUTHED, 404, 503),
 )
 async def create_share(
     chat_id: str,
