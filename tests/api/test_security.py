@@ -32,6 +32,7 @@ BODIES = {
     ("POST", "/api/keys"): {"name": "x"},
     ("POST", "/api/chats/{chat_id}/messages/{message_id}/regenerate"): {},
     ("PUT", "/api/chats/{chat_id}/branch"): {"message_id": "msg_000000000000000000000000"},
+    ("POST", "/api/runs/{run_id}/tool-calls/{call_id}"): {"approve": True},
 }
 
 
@@ -72,6 +73,7 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
         "share_id": share["id"],
         "attachment_id": upload.json()["id"],
         "token": share["url"].removeprefix("/s/"),
+        "call_id": "call_1",  # a call of the owner's run: another user cannot answer it
         # models are the service's, not a user's: one no tier may use is everyone's 404
         "model_id": "no-such-model",
     }
