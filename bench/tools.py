@@ -4,6 +4,8 @@ the input policy, the next step's prompt and request, the extra model step's adm
 start.
 
     .venv/bin/python bench/tools.py [--rounds 10] [--trials 30]
+        [--database-url postgresql+asyncpg://postgres@127.0.0.1/parley_bench_tools
+         --redis-url redis://127.0.0.1:6379/0]   # the scaled-out stack's store and bus
 
 In one process (SQLite, the in-process bus, the fake engine answering at once): a chat's
 run that calls ``search_chats`` at every step for ``--rounds`` rounds (``/call-forever``),
@@ -41,7 +43,7 @@ GOAL_P50_MS = 20.0
 QUERY = {"query": "heron nest"}
 
 
-def settings(folder: Path, rounds: int) -> Any:
+def settings(folder: Path, rounds: int, database_url: str | None, redis_url: str | None) -> Any:
     tiers = {
         name: {
             **tier.model_dump(mode="json"),
@@ -56,6 +58,8 @@ def settings(folder: Path, rounds: int) -> Any:
     }
     return load_settings(
         data_dir=folder,
+        database={"url": database_url} if database_url else None,
+        bus={"redis_url": redis_url, "redis_namespace": "bench-tools"} if redis_url else None,
         engines={
             "kind": "fake",
             "fake": {"time_to_first_token_ms": 0, "inter_token_latency_ms": 0, "output_tokens": 8},
@@ -65,6 +69,20 @@ def settings(folder: Path, rounds: int) -> Any:
             "classifiers": {"rules": {"kind": "rules", "categories": {}, "prompt_injection": True}}
         },
     )
+
+
+async def fresh_postgres(url: str) -> None:
+    """The bench's own database, made again empty (never the tests' ``test``)."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    base, name = url.rsplit("/", 1)
+    assert name != "test", "the bench makes its own database"
+    admin = create_async_engine(f"{base}/postgres", isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    await admin.dispose()
 
 
 async def duration(client: httpx.AsyncClient, auth: dict[str, str], run_id: str) -> float:
@@ -89,9 +107,11 @@ async def send(
     return await duration(client, auth, r.json()["run_id"])
 
 
-async def main(rounds: int, trials: int) -> None:
+async def main(rounds: int, trials: int, database_url: str | None, redis_url: str | None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="parley-bench-tools-"))
-    s = settings(folder, rounds)
+    s = settings(folder, rounds, database_url, redis_url)
+    if database_url and database_url.startswith("postgresql"):
+        await fresh_postgres(database_url)
     db = Database(s.database.url)
     await upgrade(db)
     await db.dispose()
@@ -127,7 +147,9 @@ async def main(rounds: int, trials: int) -> None:
     await svc.close(grace=1)
     ms = sorted(x * 1000 for x in per_round)
     p50, p99 = statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    print(f"{trials} trials of {rounds} tool rounds (SQLite, in-process bus, fake engine)")
+    store = "Postgres" if database_url else "SQLite"
+    bus = "Redis" if redis_url else "in-process bus"
+    print(f"{trials} trials of {rounds} tool rounds ({store}, {bus}, fake engine)")
     verdict = "met" if p50 <= GOAL_P50_MS else "NOT met"
     print(f"parley's time per tool round: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     print(f"(goal p50 <= {GOAL_P50_MS:g} ms: {verdict})")
@@ -138,5 +160,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--redis-url", default=None)
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.trials))
+    asyncio.run(main(args.rounds, args.trials, args.database_url, args.redis_url))
