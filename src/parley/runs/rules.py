@@ -47,9 +47,7 @@ class Rules:
         """Sampling parameters, tools (offered, or calls in the conversation), a structured
         response format and a reasoning effort each need an engine that can do them
         (``engines/kinds.py``); refused, named, if the model's cannot."""
-        can = self.capabilities(model)
-        calls = any(m.tool_calls or m.role == "tool" for m in given.messages)
-        param = unable(can, sampling, given.output, calls=calls)
+        param = self._unable(model, given, sampling)
         if param is not None:
             raise ValidationFailed(
                 f"model {quoted(model)} cannot honour {param}",
@@ -60,8 +58,11 @@ class Rules:
     def serves(self, model: str, given: RunInput, sampling: SamplingParams) -> bool:
         """Whether ``model``'s engine honours everything the request asks (a downgrade
         must)."""
+        return self._unable(model, given, sampling) is None
+
+    def _unable(self, model: str, given: RunInput, sampling: SamplingParams) -> str | None:
         calls = any(m.tool_calls or m.role == "tool" for m in given.messages)
-        return unable(self.capabilities(model), sampling, given.output, calls=calls) is None
+        return unable(self.capabilities(model), sampling, given.output, calls=calls)
 
     def validate(
         self, who: Principal, chat_id: str, req: SendRequest, key: str | None

@@ -129,10 +129,7 @@ async def chat_completions(
             media_type="text/event-stream",
             headers={**STREAM_HEADERS, **headers},
         )
-    answer = await read_whole(request, batches, stop)
-    if answer.error is not None:
-        answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
-        raise answer.error
+    answer = await whole_answer(request, run.id, batches, stop)
     whole = completion(run.id, run.model, int(run.created_at.timestamp()), answer)
     out = whole.model_dump(mode="json", exclude_none=True)
     out["choices"][0]["message"].setdefault("content", None)  # OpenAI's null for calls only
@@ -225,6 +222,18 @@ def _written(batch: Batch, answer: Answer, writer: ChunkWriter) -> tuple[bytes, 
             out.append(writer.tool_call(event))
     flush()
     return b"".join(out), False
+
+
+async def whole_answer(
+    request: Request, run_id: str, batches: AsyncIterator[Batch], stop: Stopper
+) -> Answer:
+    """The run read to its end (cancelled if the client leaves first); a failed run's error
+    raised, naming the run."""
+    answer = await read_whole(request, batches, stop)
+    if answer.error is not None:
+        answer.error.headers = {RUN_ID_HEADER: run_id, **answer.error.headers}
+        raise answer.error
+    return answer
 
 
 async def read_whole(request: Request, batches: AsyncIterator[Batch], stop: Stopper) -> Answer:

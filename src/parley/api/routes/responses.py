@@ -24,9 +24,9 @@ from parley.api.routes.openai import (
     STREAM_HEADERS,
     Stopper,
     rate_headers,
-    read_whole,
     stopper,
     submit_program,
+    whole_answer,
 )
 from parley.errors import InvalidRequest
 from parley.openai.protocol import ChatCompletionRequest
@@ -60,10 +60,7 @@ async def create_response(
             media_type="text/event-stream",
             headers={**STREAM_HEADERS, **headers},
         )
-    answer = await read_whole(request, batches, stop)
-    if answer.error is not None:
-        answer.error.headers = {RUN_ID_HEADER: run.id, **answer.error.headers}
-        raise answer.error
+    answer = await whole_answer(request, run.id, batches, stop)
     whole = response(run.id, run.model, int(run.created_at.timestamp()), settings, answer)
     return JSONResponse(whole, headers=headers)
 
