@@ -15,6 +15,7 @@ from parley.accounts.service import Accounts
 from parley.accounts.throttle import AccountThrottles
 from parley.archive.archiver import Archiver
 from parley.archive.periodic import archive_forever
+from parley.attachments.answer_files import AnswerFiles
 from parley.blobs.interface import BlobStoreError
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
@@ -213,8 +214,7 @@ def build_services(
     engine = build_engine(settings.engines, files) if worker else None
     context = chat_context(settings, None if engine is None else files)
     toolbox = tools_of(settings, db, archive)
-    confirming = Confirmations(bus, settings.tools)
-    rounds = ToolRounds(toolbox, settings.qos, core.moderator, confirming)
+    rounds = tool_rounds(settings, db, bus, core, archive, toolbox)
     made = None if engine is None else make_worker(settings, engine, db, bus, core, context, rounds)
     submitter = Submitter(
         db,
@@ -235,10 +235,19 @@ def build_services(
     return _assembled(settings, db, bus, core, *parts)
 
 
+def tool_rounds(
+    settings: Settings, db: Database, bus: Bus, core: _Core, archive: Archiver, toolbox: Toolbox
+) -> ToolRounds:
+    """How a chat's run calls the server's tools (the files they make kept with it)."""
+    confirming = Confirmations(bus, settings.tools)
+    made_files = AnswerFiles(db, archive.blobs, settings.attachments)
+    return ToolRounds(toolbox, settings.qos, core.moderator, confirming, made_files)
+
+
 def tools_of(settings: Settings, db: Database, archive: Archiver) -> Toolbox:
     """The server's tools, every one a tier names among them (else ConfigurationError)."""
     secret = settings.secret_key.get_secret_value()
-    toolbox = Toolbox(settings.tools, db, Cursors(secret), archive, settings.data_dir)
+    toolbox = Toolbox(settings.tools, db, Cursors(secret), archive, settings.data_dir, secret)
     toolbox.check_tiers(settings.qos.tiers)
     return toolbox
 

@@ -76,6 +76,9 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
         "call_id": "call_1",  # a call of the owner's run: another user cannot answer it
         # models are the service's, not a user's: one no tier may use is everyone's 404
         "model_id": "no-such-model",
+        # MCP servers are the operator's too: none here, so each is everyone's 404 (a user's
+        # connections to one are theirs: tests/runs/test_mcp_oauth.py)
+        "server": "no-such-server",
     }
 
 

@@ -7,11 +7,14 @@ from the tools' results."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.e2e.conftest import Server, ServerFactory, fake_engine, log_in, shot
+from tests.tools.notes_process import NotesServer
 
 pytestmark = pytest.mark.slow
 
@@ -88,3 +91,43 @@ def test_a_marked_tool_asks_the_user_first(
         )
         expect(answer).to_have_attribute("data-status", "completed")
         expect(answer.get_by_role("button", name="Allow")).to_have_count(0)
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Iterator[NotesServer]:
+    server = NotesServer(tmp_path, 3600)
+    server.start()
+    yield server
+    server.close()
+
+
+def test_a_user_connects_an_mcp_server_with_their_own_account(
+    context: BrowserContext, page: Page, servers: ServerFactory, notes: NotesServer
+) -> None:
+    tier = {"priority": 0, "tokens_per_minute": 100_000, "burst_tokens": 100_000,
+            "max_concurrent_runs": 2, "max_output_tokens": 200, "tools": ["mcp:notes"]}  # fmt: skip
+    server = servers(
+        **fake_engine(ttft_ms=20, itl_ms=10, tokens=20),
+        PARLEY_TIERS=json.dumps({"free": tier}),
+        PARLEY_TOOLS__MCP_SERVERS=json.dumps([{"name": "notes", "url": notes.url, "oauth": {}}]),
+    )
+    log_in(context, server)
+    page.goto(server.url)
+    choice = page.get_by_label("MCP: notes")
+    expect(choice).to_be_disabled()  # not connected yet
+    page.get_by_role("button", name="Connect").click()
+    page.get_by_label("User").fill("ada")  # the MCP server's own sign-in page
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{server.url}/")  # back, the address cleaned of ?connected=
+    expect(page.get_by_role("button", name="Disconnect")).to_be_visible()
+    expect(page.locator("#errors")).to_be_empty()
+    page.get_by_label("MCP: notes").check()
+    page.locator("#prompt").fill("/call notes__whoami {}")
+    page.keyboard.press("Enter")
+    answer = page.locator("li.assistant").last
+    expect(answer.locator("details.tool-call summary")).to_have_text("Called notes__whoami · ok")
+    answer.locator("details.tool-call summary").click()
+    expect(answer.locator(".tool-output")).to_contain_text("you are ada")
+    shot(page, "tools-mcp-connected")
+    page.get_by_role("button", name="Disconnect").click()
+    expect(page.get_by_label("MCP: notes")).to_be_disabled()

@@ -140,3 +140,37 @@ async def test_each_way_out_ends_as_a_clear_outcome_within_its_limit(
     big = data_dir / "sandbox" / "user_ada" / "chat_1" / "big"
     assert not big.exists() or big.stat().st_size <= 5 * 1024 * 1024  # the host unharmed
     assert os.getloadavg()  # (and this process alive to say so)
+
+
+async def test_files_a_call_writes_come_back_and_links_out_are_never_followed(
+    data_dir: Path,
+) -> None:
+    sandbox = RunPython(SandboxSettings(**LIMITS, answer_file_mb=1), data_dir)
+    first = await run(sandbox, "open('kept.txt', 'w').write('old')")
+    assert [f.name for f in first.files] == ["kept.txt"]
+    code = (
+        "import os\n"
+        "open('report.csv', 'w').write('a,b\\n1,2\\n')\n"
+        "open('big.bin', 'wb').write(b'x' * (2 * 1024 * 1024))\n"
+        "os.symlink('/etc/passwd', 'passwd')\n"  # the host's, which the server could read
+        "os.symlink('/proc/1/environ', 'environ')\n"
+        "os.mkfifo('pipe')\n"
+    )
+    made = await run(sandbox, code)
+    assert made.status is ToolStatus.OK, made
+    assert {f.name: f.data for f in made.files} == {"report.csv": b"a,b\n1,2\n"}
+    assert "not attached: big.bin, environ, passwd, pipe" in made.content, made.content
+    unchanged = await run(sandbox, "print(open('kept.txt').read())")
+    assert unchanged.files == ()  # read, not written: nothing comes back
+
+
+@pytest.fixture
+def few_files(data_dir: Path) -> RunPython:
+    settings = SandboxSettings(**LIMITS, answer_files=2, answer_file_mb=1)
+    return RunPython(settings, data_dir)
+
+
+async def test_at_most_answer_files_come_back(few_files: RunPython) -> None:
+    made = await run(few_files, "for i in range(4): open(f'f{i}.txt', 'w').write(str(i))")
+    assert [f.name for f in made.files] == ["f0.txt", "f1.txt"]
+    assert "not attached: f2.txt, f3.txt" in made.content

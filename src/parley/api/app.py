@@ -29,6 +29,7 @@ from parley.api.routes import (
     runs,
     search,
     shares,
+    tools,
 )
 from parley.api.routes.portability import IMPORTS_PATH
 from parley.api.web import SecurityHeaders, mount_web
@@ -53,6 +54,7 @@ ROUTERS = tuple(
         portability,
         shares,
         search,
+        tools,
     )
 )
 

@@ -69,6 +69,9 @@ class Retrieval(Protocol):
     ) -> list[Message]: ...
 
 
+FILE_ROLES = (MessageRole.USER.value, MessageRole.ASSISTANT.value)
+
+
 @dataclass(frozen=True, slots=True)
 class _Draft:
     chat: ChatRef
@@ -184,8 +187,9 @@ class ChatContext:
                 summary=pending,
                 after=new.after,
             )
-            asked_before = [row.seq for row in rows if row.role == MessageRole.USER.value]
-            files = await attached(s, chat, new.seq, new.attachment_ids, asked_before)
+            # the files sent with earlier questions and made by earlier answers' tools
+            with_files = [row.seq for row in rows if row.role in FILE_ROLES]
+            files = await attached(s, chat, new.seq, new.attachment_ids, with_files)
         fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
         system = await self._system_tokens(new.model, fixed)
         limits = await self.limits(new.model, new.tier, new.max_tokens)

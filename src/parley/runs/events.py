@@ -95,16 +95,27 @@ class LogprobsEvent(_Event):
     content: list[dict[str, Any]]
 
 
+class ToolFileRef(BaseModel):
+    """A file a tool made, kept as an attachment of the answer (``GET
+    /api/attachments/{id}/content``)."""
+
+    id: str
+    name: str
+    media_type: str
+    size: int
+
+
 class ToolResultEvent(_Event):
     """`event: tool_result`: a server-side tool ran one of the answer's calls (`id`, the
-    call's): how it went (`ok`, `error`, `refused`, `timeout`) and the start of what it gave
-    the model (`preview`)."""
+    call's): how it went (`ok`, `error`, `refused`, `timeout`), the start of what it gave
+    the model (`preview`) and the files it made (`files`, attachments of the answer)."""
 
     kind: ClassVar[EventKind] = EventKind.TOOL_RESULT
     id: str
     name: str
     status: str
     preview: str
+    files: list[ToolFileRef] = Field(default_factory=list)
 
 
 class ToolConfirmEvent(_Event):

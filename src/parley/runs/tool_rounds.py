@@ -20,16 +20,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from parley.attachments.answer_files import AnswerFiles
 from parley.domain import FinishReason
 from parley.engines.interface import ChatMessage, GenerationRequest
 from parley.engines.tools import ToolCall, ToolUse
 from parley.qos.settings import QosSettings
-from parley.runs.events import ToolResultEvent, encode
+from parley.runs.events import ToolFileRef, ToolResultEvent, encode
 from parley.runs.progress import Progress
 from parley.runs.tool_confirmations import Confirmations
 from parley.safety.moderator import Moderator
 from parley.store.parts import ToolStep
-from parley.store.schema import Run
+from parley.store.schema import Attachment, Run
 from parley.tools.interface import Tool, ToolContext, ToolOutcome, ToolStatus
 from parley.tools.toolbox import Toolbox
 
@@ -49,11 +50,13 @@ class ToolRounds:
         qos: QosSettings,
         moderator: Moderator | None = None,
         confirming: Confirmations | None = None,
+        files: AnswerFiles | None = None,
     ) -> None:
         self._toolbox = toolbox
         self._qos = qos
         self._moderator = moderator
         self._confirming = confirming
+        self._files = files
 
     async def tools_of(self, run: Run) -> list[Tool]:
         """The tools the run may call: those its send chose that its tier allows now."""
@@ -61,7 +64,7 @@ class ToolRounds:
             return []
         allowed = self._qos.tier(run.tier).tools
         names = json.loads(run.tools)["names"]
-        return await self._toolbox.chosen(n for n in names if n in allowed)
+        return await self._toolbox.chosen((n for n in names if n in allowed), run.user_id)
 
     async def answer(
         self,
@@ -93,12 +96,32 @@ class ToolRounds:
             outcomes = await self._run_calls(run, calls, tools, deadline, progress, allowed)
             if outcomes is None:  # stopped while its tools ran
                 return
-            if not await append([_event(call, outcome) for call, outcome in outcomes], progress):
+            if not await self._report(run, outcomes, progress, append):
                 return
             messages += _turn(progress.round_text(), outcomes)
             progress.next_round(
                 [ToolStep(c, o.status.value, o.content[:RESULT_CHARS]) for c, o in outcomes]
             )
+
+    async def _report(
+        self,
+        run: Run,
+        outcomes: list[tuple[ToolCall, ToolOutcome]],
+        progress: Progress,
+        append: Append,
+    ) -> bool:
+        """The round's results on the stream, the files its tools made kept as attachments
+        of the answer first (and dropped again if this worker no longer holds the run)."""
+        kept: dict[str, list[Attachment]] = {}
+        for call, outcome in outcomes:
+            if outcome.files and self._files is not None:
+                kept[call.id] = await self._files.keep(run, list(outcome.files))
+        events = [_event(call, outcome, kept.get(call.id, [])) for call, outcome in outcomes]
+        if await append(events, progress):
+            return True
+        if self._files is not None:
+            await self._files.drop([row for rows in kept.values() for row in rows])
+        return False
 
     async def _run_calls(
         self,
@@ -188,10 +211,13 @@ async def _call(
         return ToolOutcome.error(f"{call.name} failed: {type(e).__name__}")
 
 
-def _event(call: ToolCall, outcome: ToolOutcome) -> Any:
+def _event(call: ToolCall, outcome: ToolOutcome, files: list[Attachment]) -> Any:
     preview = outcome.content[:PREVIEW_CHARS]
+    refs = [ToolFileRef(id=f.id, name=f.name, media_type=f.media_type, size=f.size) for f in files]
     return encode(
-        ToolResultEvent(id=call.id, name=call.name, status=outcome.status, preview=preview)
+        ToolResultEvent(
+            id=call.id, name=call.name, status=outcome.status, preview=preview, files=refs
+        )
     )
 
 

@@ -30,9 +30,18 @@ class ToolContext:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolFile:
+    """A file a tool made (``run_python``'s writes): kept as an attachment of the answer."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutcome:
     status: ToolStatus
     content: str  # what the model is given (bounded by the tool)
+    files: tuple[ToolFile, ...] = ()
 
     @classmethod
     def refused(cls, why: str) -> ToolOutcome:

@@ -11,6 +11,12 @@ sandbox: CPU seconds, address space, processes (a fork bomb meets ``RLIMIT_NPROC
 size of a file (``RLIMIT_FSIZE``); a wall-clock deadline kills the whole process group; the
 output is read up to ``max_output_chars`` and the sandbox killed past it. Each ends as an
 outcome the model and the user are told, never an error of the run.
+
+The files a call writes or changes in ``/work`` (up to ``answer_files``, each up to
+``answer_file_mb``) come back with its outcome, kept as attachments of the answer
+(``tool_rounds``). They are read as the sandbox left them, never followed: a symbolic link,
+a hard link or anything but a regular file is not read (the code could point one at the
+host's files, which the server can read and the sandbox cannot).
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import os
 import resource
 import shutil
 import signal
+import stat
 from pathlib import Path
 from typing import Any
 
 from parley.engines.tools import FunctionSpec, ToolSpec
-from parley.tools.interface import ToolContext, ToolOutcome, ToolStatus
+from parley.tools.interface import ToolContext, ToolFile, ToolOutcome, ToolStatus
 from parley.tools.settings import SandboxSettings
 
 SPEC = ToolSpec(
@@ -73,6 +80,7 @@ class RunPython:
         if not isinstance(code, str) or not code.strip():
             return ToolOutcome.refused("run_python needs code")
         scratch = await asyncio.to_thread(self._scratch, context)
+        before = await asyncio.to_thread(_state, scratch)
         proc = await asyncio.create_subprocess_exec(
             *self._command(scratch),
             stdin=asyncio.subprocess.PIPE,
@@ -82,10 +90,30 @@ class RunPython:
             start_new_session=True,
         )
         try:
-            return await self._outcome(proc, code, scratch)
+            outcome = await self._outcome(proc, code, scratch)
         finally:
             _kill(proc)
             await _drained(proc)
+        return await asyncio.to_thread(self._with_files, outcome, scratch, before)
+
+    def _with_files(self, outcome: ToolOutcome, scratch: Path, before: _State) -> ToolOutcome:
+        """The outcome with the files the call wrote or changed (within the limits; those
+        left out named in its content)."""
+        s = self.settings
+        changed = [name for name, seen in _state(scratch).items() if before.get(name) != seen]
+        if not changed or s.answer_files == 0:
+            return outcome
+        files: list[ToolFile] = []
+        left: list[str] = []
+        for name in sorted(changed):
+            data = _read_file(scratch / name, int(s.answer_file_mb * 1024 * 1024))
+            if data is None or len(files) >= s.answer_files:
+                left.append(name)
+            else:
+                files.append(ToolFile(name, data))
+        note = f"\n[attached to the answer: {', '.join(f.name for f in files) or 'none'}"
+        note += f"; not attached: {', '.join(left)}]" if left else "]"
+        return ToolOutcome(outcome.status, outcome.content + note, tuple(files))
 
     def _scratch(self, context: ToolContext) -> Path:
         """The chat's scratch directory, made (owned by the sandbox's user) when first used."""
@@ -181,6 +209,38 @@ async def _read(stream: asyncio.StreamReader, limit: int) -> bytes | None:
         if size > limit:
             return None
     return b"".join(chunks)
+
+
+_State = dict[str, tuple[int, int]]
+
+
+def _state(scratch: Path) -> _State:
+    """The scratch directory's entries (top level, not followed): name → (size, mtime)."""
+    try:
+        entries = list(os.scandir(scratch))[:1000]
+    except OSError:
+        return {}
+    found = {}
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            info = entry.stat(follow_symlinks=False)
+            found[entry.name] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _read_file(path: Path, limit: int) -> bytes | None:
+    """A regular file's bytes, up to ``limit`` (None: larger, or not a plain file of its
+    own: a link, a directory, a device, a FIFO — never followed, never blocked on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > limit:
+            return None
+        data = f.read(limit + 1)
+    return data if len(data) <= limit else None
 
 
 def _listing(scratch: Path) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ipaddress import ip_network
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 
 class FetchSettings(BaseModel):
@@ -49,6 +49,36 @@ class SandboxSettings(BaseModel):
     max_processes: int = Field(default=32, gt=0)
     max_file_mb: int = Field(default=50, gt=0, description="A file it writes, at most.")
     max_output_chars: int = Field(default=20_000, gt=0, description="What it prints, at most.")
+    answer_files: int = Field(
+        default=5,
+        ge=0,
+        description="Files a call writes or changes in /work that come back as attachments "
+        "of the answer, at most (0: none).",
+    )
+    answer_file_mb: float = Field(
+        default=10, gt=0, description="A file that comes back as an attachment, at most."
+    )
+
+
+class McpOAuthSettings(BaseModel):
+    """A server whose tools act as the user: each user connects it once (OAuth 2.1 as the
+    MCP spec describes: discovery, PKCE, dynamic client registration where the authorization
+    server offers it, refresh); their tokens are kept encrypted on the server."""
+
+    model_config = {"extra": "forbid"}
+
+    client_id: str | None = Field(
+        default=None,
+        description="A client registered with the authorization server by the operator; "
+        "none: parley registers itself (dynamic client registration).",
+    )
+    client_secret: SecretStr | None = Field(default=None, description="That client's secret.")
+    scope: str | None = Field(
+        default=None, description="The scopes asked for (space-separated); none: the server's."
+    )
+    connect_seconds: float = Field(
+        default=600, gt=0, description="How long a user has to finish connecting."
+    )
 
 
 class McpServerSettings(BaseModel):
@@ -63,11 +93,16 @@ class McpServerSettings(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="For a stdio command.")
     timeout_seconds: float = Field(default=30, gt=0, description="One call, at most.")
     list_ttl_seconds: float = Field(default=300, ge=0, description="Its tool list, cached.")
+    oauth: McpOAuthSettings | None = Field(
+        default=None, description="Set: each user connects the server with their own account."
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:
         if (self.url is None) == (self.command is None):
             raise ValueError(f"MCP server {self.name!r}: give it a url or a command, not both")
+        if self.oauth is not None and self.url is None:
+            raise ValueError(f"MCP server {self.name!r}: oauth is for a server reached by url")
         return self
 
 

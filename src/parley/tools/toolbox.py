@@ -17,6 +17,7 @@ from parley.tiers import TierSettings
 from parley.tools.fetch import FetchUrl
 from parley.tools.interface import Tool
 from parley.tools.mcp import PREFIX, McpServers
+from parley.tools.mcp_oauth import McpOAuth
 from parley.tools.own_chats import ReadMessage, SearchChats
 from parley.tools.sandbox import RunPython, unavailable
 from parley.tools.settings import ToolSettings
@@ -35,6 +36,7 @@ class Toolbox:
         cursors: Cursors,
         archiver: Archiver,
         data_dir: Path,
+        secret_key: str,
     ) -> None:
         self._fetch = FetchUrl(settings.fetch)
         tools: list[Tool] = [self._fetch, SearchChats(db, cursors), ReadMessage(db, archiver)]
@@ -44,21 +46,23 @@ class Toolbox:
         else:  # the other tools serve on; a chat that asks for it is told it is not here
             log.warning("run_python is left out: %s", missing)
         self._tools = {t.spec.function.name: t for t in tools}
-        self._mcp = McpServers(settings.mcp_servers)
+        oauth = McpOAuth(settings.mcp_servers, db, secret_key)
+        self.mcp = McpServers(settings.mcp_servers, oauth)
 
     def names(self) -> list[str]:
         return list(self._tools)
 
-    async def chosen(self, names: Iterable[str]) -> list[Tool]:
+    async def chosen(self, names: Iterable[str], user_id: str) -> list[Tool]:
         """The tools of these names (unknown names left out), an ``mcp:<server>`` standing
-        for that server's tools (none while it cannot be reached)."""
+        for that server's tools (none while it cannot be reached, or for a server that acts
+        as the user, while this user has not connected it)."""
         asked = list(names)
         own = [self._tools[n] for n in asked if n in self._tools]
-        return own + await self._mcp.tools(asked)
+        return own + await self.mcp.tools(asked, user_id)
 
     def check_tiers(self, tiers: dict[str, TierSettings]) -> None:
         """Every tool a tier names is one of the server's (checked at start-up)."""
-        known = [*KNOWN, *(f"{PREFIX}{n}" for n in self._mcp.names())]
+        known = [*KNOWN, *(f"{PREFIX}{n}" for n in self.mcp.names())]
         for name, tier in tiers.items():
             unknown = [t for t in tier.tools if t not in known]
             if unknown:

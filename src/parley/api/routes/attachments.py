@@ -1,19 +1,22 @@
-"""Files attached to a chat's next message: upload (the raw file as the body, checked by
-its content), list, remove before sending. ``POST /api/chats/{id}/messages`` sends them
-with ``attachment_ids``; the messages list shows each message's files."""
+"""Files of a chat: attached to its next message (upload: the raw file as the body,
+checked by its content; list; remove before sending; ``POST /api/chats/{id}/messages``
+sends them with ``attachment_ids``) and made by an answer's tools (``run_python``'s
+writes); the messages list shows each message's files, and ``content`` downloads one."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated
+from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, errors
 from parley.api.schemas import AttachmentList, AttachmentOut, Deleted, MessageOut
 from parley.api.uploads import while_connected
 from parley.attachments.service import Attachments
+from parley.blobs.interface import BlobNotFound
 from parley.services import Services
 from parley.store import attachments
 from parley.store.schema import Attachment
@@ -87,6 +90,44 @@ async def remove(attachment_id: str, who: PrincipalDep, svc: ServicesDep) -> Del
     """Take a file off the message before it is sent (409 ``attachment_sent`` after)."""
     await attachments_of(svc).remove(who.user_id, attachment_id)
     return Deleted(id=attachment_id, object="attachment.deleted")
+
+
+# served as what they are; anything else as bytes to save (never rendered by the browser)
+SHOWN_TYPES = frozenset(
+    {"text/plain", "text/csv", "text/markdown", "application/json", "application/pdf",
+     "image/png", "image/jpeg", "image/gif", "image/webp"}
+)  # fmt: skip
+
+
+@router.get(
+    "/attachments/{attachment_id}/content",
+    response_class=Response,
+    responses={
+        **errors(*AUTHED, 404, 503),
+        200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
+    },
+)
+async def download(attachment_id: str, who: PrincipalDep, svc: ServicesDep) -> Response:
+    """A file's bytes, as a download (``Content-Disposition: attachment``): one the user
+    sent, or one an answer's tool made. Another user's file is 404. Only plain kinds are
+    served as what they are (``SHOWN_TYPES``; with ``nosniff`` and a sandboxing CSP, as
+    every answer is): anything else, HTML among them, as ``application/octet-stream``."""
+    async with svc.db.transaction() as s:
+        found = await attachments.get(s, user_id=who.user_id, attachment_id=attachment_id)
+    try:
+        data = await svc.archiver.blobs.get(found.blob_key)
+    except BlobNotFound:  # its object is gone (a chat deleted meanwhile)
+        raise attachments.not_found(attachment_id) from None
+    media_type = found.media_type if found.media_type in SHOWN_TYPES else "application/octet-stream"
+    return Response(
+        data,
+        media_type=media_type,
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(found.name, safe='')}",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "Cache-Control": "private, no-store",
+        },
+    )
 
 
 async def with_files(svc: Services, user_id: str, messages: list[MessageOut]) -> None:

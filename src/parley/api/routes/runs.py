@@ -84,7 +84,7 @@ IdempotencyKey = Annotated[
     responses={
         **SSE_RESPONSE,
         202: {"model": RunAccepted, "description": "With `Accept: application/json`."},
-        **errors(*AUTHED, 404, *BODY, 503),
+        **errors(*AUTHED, 404, 409, *BODY, 503),
         **BUDGET_429,
     },
 )
@@ -101,7 +101,11 @@ async def send_message(
     The run's cost (`max_tokens` + the prompt as it will be sent, counted with the model's
     tokenizer, or estimated high without one) is reserved on the user's token budget first,
     and settled to the tokens it really used when it ends; without enough budget: 429
-    `budget_exhausted`. A retry with the same `Idempotency-Key` is never charged again."""
+    `budget_exhausted`. A retry with the same `Idempotency-Key` is never charged again.
+    `tools` naming an MCP server that acts as the user and that they have not connected:
+    409 `tool_not_connected`."""
+    if svc.toolbox is not None:
+        await svc.toolbox.mcp.oauth.check_connected(who.user_id, body.tools)
     run = await svc.submitter.submit(who, chat_id, _send_request(body), idempotency_key)
     if wants_json(request):
         return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)

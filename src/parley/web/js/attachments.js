@@ -22,7 +22,8 @@ export function fileList(files) {
     { class: "message-files", "aria-label": "Attached files" },
     files.map((f) =>
       h("li", { class: "file-chip", dataset: { attachmentId: f.id }, title: f.media_type },
-        h("span", { class: "file-name" }, f.name), h("span", { class: "file-size" }, size(f.size))),
+        h("a", { class: "file-name", href: `/api/attachments/${encodeURIComponent(f.id)}/content`, download: f.name }, f.name),
+        h("span", { class: "file-size" }, size(f.size))),
     ),
   );
 }

@@ -98,6 +98,7 @@ class App {
     try {
       await this.models.load(); // (the user's tier decides which)
       await this.tools.load();
+      this.tools.arrived();
     } catch (err) {
       return this.notices.error(err); // a 401: the log-in screen
     }

@@ -42,6 +42,8 @@ export class MessageView {
     this.reasoningBody = h("div", { class: "reasoning-text", dir: "auto" });
     this.reasoning.append(this.reasoningBody);
     this.callList = h("div", { class: "tool-calls" });
+    this.files = (message.attachments || []).slice(); // a user's sent files; an answer's made files
+    this.fileBox = h("div", { class: "files" }, fileList(this.files));
     let body = this.content;
     if (this.role === "tool") {
       const label = message.tool_call_id ? `Tool result (${message.tool_call_id})` : "Tool result";
@@ -52,12 +54,18 @@ export class MessageView {
       "li",
       { class: `message ${this.role}`, dataset: { role: this.role } },
       h("span", { class: "visually-hidden" }, said),
-      h("div", { class: "bubble" }, fileList(message.attachments), this.reasoning, this.callList, body, this.note),
+      h("div", { class: "bubble" }, ...this.ordered(body), this.note),
     );
     this.setIds(message);
     this.setStatus(message.status || "completed", message.error ? message.error.message : null);
     if (message.downgraded_from) this.setDowngraded(message.model, message.downgraded_from);
     this.render();
+  }
+
+  /** The bubble's parts: a question's files above its text, an answer's below. */
+  ordered(body) {
+    if (this.role === "user") return [this.fileBox, this.reasoning, this.callList, body];
+    return [this.reasoning, this.callList, body, this.fileBox];
   }
 
   setIds({ id, run_id: runId }) {
@@ -134,7 +142,13 @@ export class MessageView {
   }
 
   /** A server-side tool ran a call: its status and the start of its result. */
-  appendResult({ id, status, preview }) {
+  appendResult({ id, status, preview, files }) {
+    const known = new Set(this.files.map((f) => f.id));
+    const made = (files || []).filter((f) => !known.has(f.id));
+    if (made.length) {
+      this.files.push(...made);
+      this.fileBox.replaceChildren(...[fileList(this.files)].filter(Boolean));
+    }
     const call = this.calls.find((c) => c && c.id === id);
     if (!call) return;
     call.status = status;
