@@ -133,11 +133,13 @@ async def test_the_servers_data_directory_is_not_there(sandbox: RunPython, data_
 async def test_each_way_out_ends_as_a_clear_outcome_within_its_limit(
     sandbox: RunPython, data_dir: Path, code: str, status: ToolStatus, said: str, within: float
 ) -> None:
+    # a user of its own: a fork bomb meets its own user's process limit, not another's
+    user = f"user_{abs(hash(code)) % 10**6}"
     started = time.monotonic()
-    outcome = await run(sandbox, code)
+    outcome = await run(sandbox, code, ToolContext(user_id=user, chat_id="chat_1", run_id="r"))
     assert time.monotonic() - started < within
     assert outcome.status is status and said in outcome.content, outcome.content
-    big = data_dir / "sandbox" / "user_ada" / "chat_1" / "big"
+    big = data_dir / "sandbox" / user / "chat_1" / "big"
     assert not big.exists() or big.stat().st_size <= 5 * 1024 * 1024  # the host unharmed
     assert os.getloadavg()  # (and this process alive to say so)
 
@@ -174,3 +176,18 @@ async def test_at_most_answer_files_come_back(few_files: RunPython) -> None:
     made = await run(few_files, "for i in range(4): open(f'f{i}.txt', 'w').write(str(i))")
     assert [f.name for f in made.files] == ["f0.txt", "f1.txt"]
     assert "not attached: f2.txt, f3.txt" in made.content
+
+
+async def test_one_users_fork_bomb_leaves_another_users_code_running(sandbox: RunPython) -> None:
+    bomber = ToolContext(user_id="user_bomber", chat_id="chat_1", run_id="run_1")
+    other = ToolContext(user_id="user_other", chat_id="chat_1", run_id="run_2")
+    assert sandbox.uid_of(bomber.user_id) != sandbox.uid_of(other.user_id)
+    # forks up to its process limit, and every process then holds on to its place
+    code = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+    code += "        time.sleep(30)"
+    bomb = asyncio.create_task(run(sandbox, code, bomber))
+    await asyncio.sleep(1.5)  # the bomb at its process limit now
+    assert not bomb.done()
+    fine = await run(sandbox, "print('fine')", other)
+    assert fine.status is ToolStatus.OK and fine.content.startswith("fine"), fine.content
+    await bomb

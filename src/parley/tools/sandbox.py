@@ -1,6 +1,8 @@
 """``run_python``: the model's Python, run in a bubblewrap sandbox.
 
-The code runs as an unprivileged user (``nobody``) in new namespaces of every kind (no
+The code runs as an unprivileged user id of the parley user's own (``uid`` plus a hash of
+their id: the process limit is counted per user id, so one user's fork bomb exhausts only
+their own) in new namespaces of every kind (no
 network: only a loopback device with nothing behind it; its own PIDs, IPC, hostname), on a
 filesystem of its own: the host's ``/usr`` read-only (the interpreter and its standard
 library), a private ``/tmp``, ``/proc`` and ``/dev``, and one writable directory, the
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import resource
 import shutil
 import signal
 import stat
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +65,8 @@ def unavailable(settings: SandboxSettings, data_dir: Path) -> str | None:
         return f"{settings.python} is not there"
     for folder in [data_dir.resolve(), *data_dir.resolve().parents]:
         mode = folder.stat().st_mode if folder.exists() else 0o755
-        if not mode & 0o001 and folder.stat().st_uid != settings.uid:
-            return f"{folder} cannot be passed through by uid {settings.uid} (o+x)"
+        if not mode & 0o001:
+            return f"{folder} cannot be passed through by the sandbox's users (o+x)"
     return None
 
 
@@ -79,14 +83,15 @@ class RunPython:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolOutcome.refused("run_python needs code")
-        scratch = await asyncio.to_thread(self._scratch, context)
+        uid = self.uid_of(context.user_id)
+        scratch = await asyncio.to_thread(self._scratch, context, uid)
         before = await asyncio.to_thread(_state, scratch)
         proc = await asyncio.create_subprocess_exec(
             *self._command(scratch),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=self._limits,  # the limits, set in the child before it execs
+            preexec_fn=partial(self._limits, uid),  # set in the child before it execs
             start_new_session=True,
         )
         try:
@@ -115,11 +120,16 @@ class RunPython:
         note += f"; not attached: {', '.join(left)}]" if left else "]"
         return ToolOutcome(outcome.status, outcome.content + note, tuple(files))
 
-    def _scratch(self, context: ToolContext) -> Path:
-        """The chat's scratch directory, made (owned by the sandbox's user) when first used."""
+    def uid_of(self, user_id: str) -> int:
+        """The user id a parley user's code runs as (the same each time: their files)."""
+        digest = hashlib.sha256(user_id.encode()).digest()
+        return self.settings.uid + int.from_bytes(digest[:8], "big") % self.settings.uids
+
+    def _scratch(self, context: ToolContext, uid: int) -> Path:
+        """The chat's scratch directory, made (owned by the user's sandbox id) when first used."""
         folder = self._root / _safe(context.user_id) / _safe(context.chat_id or context.run_id)
         folder.mkdir(parents=True, exist_ok=True)
-        os.chown(folder, self.settings.uid, self.settings.uid)
+        os.chown(folder, uid, uid)
         return folder
 
     def _command(self, scratch: Path) -> list[str]:
@@ -145,7 +155,7 @@ class RunPython:
             s.python, "-I", "-",
         ]  # fmt: skip
 
-    def _limits(self) -> None:
+    def _limits(self, uid: int) -> None:
         """In the child, before bubblewrap starts: the limits, then the unprivileged user."""
         s = self.settings
         mb = 1024 * 1024
@@ -156,8 +166,8 @@ class RunPython:
         resource.setrlimit(resource.RLIMIT_FSIZE, (s.max_file_mb * mb, s.max_file_mb * mb))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.setgroups([])
-        os.setgid(s.uid)
-        os.setuid(s.uid)
+        os.setgid(uid)
+        os.setuid(uid)
 
     async def _outcome(
         self, proc: asyncio.subprocess.Process, code: str, scratch: Path

@@ -42,7 +42,14 @@ class SandboxSettings(BaseModel):
 
     bwrap: str = Field(default="bwrap", description="bubblewrap's command (Debian: bubblewrap).")
     python: str = Field(default="/usr/bin/python3", description="The Python the code runs in.")
-    uid: int = Field(default=65534, ge=1, description="The user it runs as (nobody).")
+    uid: int = Field(
+        default=200_000,
+        ge=1,
+        description="The first of the user ids the code runs as: each parley user's code "
+        "runs as one of its own (`uid` + a hash of the user, below `uid` + `uids`), so "
+        "one user's fork bomb meets only their own process limit.",
+    )
+    uids: int = Field(default=50_000, ge=1, description="How many user ids, from `uid`.")
     cpu_seconds: int = Field(default=10, gt=0)
     wall_seconds: float = Field(default=30, gt=0)
     memory_mb: int = Field(default=512, gt=0)
