@@ -112,6 +112,7 @@ ROOT_SETTINGS_READERS = {
     "parley.capacity.cli",
     "parley.accounts.admin",
     "parley.archive.admin",
+    "parley.audit.admin",
     "parley.portability.admin",
     "parley.safety.admin",
 }

@@ -57,7 +57,7 @@ POSTGRES_URL = _per_worker(
 REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BACKENDS = os.environ.get("PARLEY_TEST_BACKENDS", "sqlite,postgres").split(",")
 BUS_BACKENDS = os.environ.get("PARLEY_TEST_BUSES", "memory,redis").split(",")
-TABLES = ("runs", "messages", "chats", "api_keys", "sessions", "users")
+TABLES = ("runs", "messages", "chats", "api_keys", "sessions", "users", "audit_records")
 
 
 def fast_passwords() -> Passwords:
@@ -85,6 +85,11 @@ async def truncate(url: str) -> None:
     try:
         async with db.engine.begin() as conn:
             await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+            genesis = "0" * 64  # the audit log's head, as a new database has it
+            await conn.execute(
+                text("UPDATE audit_head SET seq = 0, hash = :g, anchor_seq = 0, anchor_hash = :g"),
+                {"g": genesis},
+            )
     finally:
         await db.dispose()
 

@@ -208,3 +208,41 @@ def test_the_command_line_loads_no_database_or_model_library_until_a_command_nee
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_roles_and_state_are_set_from_the_cli_and_audit_verify_finds_tampering(
+    database_url: str,
+) -> None:
+    db = ["--database-url", database_url]
+    r = parley("user", "create", "op@example.com", "--password-stdin", *db, stdin="operator pw 1\n")
+    assert r.returncode == 0, r.stderr
+    r = parley("user", "set-role", "op@example.com", "admin", *db)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\t")[3:] == ["admin", "active\n"]
+    r = parley("user", "disable", "op@example.com", *db)
+    assert r.returncode == 1 and "last admin" in r.stderr  # nobody could administer then
+    assert parley("user", "set-role", "op@example.com", "auditor", *db).returncode == 1
+    r = parley("audit", "verify", *db)
+    assert r.returncode == 0 and "holds: 2 records" in r.stdout, (r.stdout, r.stderr)
+    exported = parley("audit", "export", *db).stdout.splitlines()
+    assert ['"action": "user.created"' in exported[0], '"user.role_changed"' in exported[1]] == [
+        True,
+        True,
+    ]
+
+    import asyncio
+
+    from sqlalchemy import text
+
+    from parley.store.database import Database
+
+    async def tamper() -> None:
+        store = Database(database_url)
+        async with store.transaction() as s:
+            await s.execute(text("UPDATE audit_records SET actor = 'someone else'"))
+        await store.dispose()
+
+    asyncio.run(tamper())
+    r = parley("audit", "verify", *db)
+    assert r.returncode == 1 and "record 1: its contents were changed" in r.stderr, r.stderr
+    assert "record 2: its contents were changed" in r.stderr

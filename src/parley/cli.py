@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from parley import crashpoints, logs
 from parley.accounts.admin import add_user_parser, open_db
 from parley.archive.admin import add_archive_parsers
+from parley.audit.admin import add_audit_parser
 from parley.capacity.cli import add_capacity_parser
 from parley.config import Settings, load_settings
 from parley.engines.kinds import KINDS, EngineDescriptor
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_user_parser(sub, _settings_args)  # parley user create / set-tier / list / delete / export
     add_runs_parser(sub, _settings_args)  # parley runs refused
+    add_audit_parser(sub, _settings_args)  # parley audit verify / export / prune
     add_archive_parsers(sub, _settings_args)  # parley archive, parley stats
     add_capacity_parser(sub)  # parley capacity
     return parser

@@ -27,6 +27,7 @@ from pydantic_settings import (
 from parley.accounts.settings import AccountSettings
 from parley.api.settings import HttpSettings
 from parley.attachments.settings import AttachmentSettings
+from parley.audit.settings import AuditSettings
 from parley.blobs.settings import ArchiveSettings, BlobSettings, PortabilitySettings
 from parley.bus.settings import BusSettings
 from parley.context.settings import ContextSettings
@@ -95,6 +96,7 @@ class Settings(BaseSettings):
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
     parsing: ParsingSettings = Field(default_factory=ParsingSettings)  # untrusted files
     tools: ToolSettings = Field(default_factory=ToolSettings)  # what server-side tools may do
+    audit: AuditSettings = Field(default_factory=AuditSettings)  # the audit log's retention
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod

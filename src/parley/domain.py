@@ -105,6 +105,15 @@ class CredentialKind(StrEnum):
     API_KEY = "api_key"
 
 
+class UserRole(StrEnum):
+    """What a user may do beyond their own data: an auditor reads the admin console, an
+    admin also changes it."""
+
+    USER = "user"
+    AUDITOR = "auditor"
+    ADMIN = "admin"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

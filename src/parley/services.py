@@ -16,6 +16,7 @@ from parley.accounts.throttle import AccountThrottles
 from parley.archive.archiver import Archiver
 from parley.archive.periodic import archive_forever
 from parley.attachments.answer_files import AnswerFiles
+from parley.audit.log import AuditLog
 from parley.blobs.interface import BlobStoreError
 from parley.bus.interface import Bus, BusLimits
 from parley.bus.memory import MemoryBus
@@ -84,14 +85,18 @@ class Services:
     summaries: Summaries | None = None
     supervisor: Supervisor = field(default_factory=Supervisor)
 
+    @property
+    def audit(self) -> AuditLog:
+        return self.accounts.audit
+
     async def start(self) -> None:
-        """Start the background work, each task kept alive by the supervisor: the sweeper,
-        and the worker when this process has one (its engine watched too)."""
+        """The background work, kept alive by the supervisor (the worker's too, if any)."""
         await self.submitter.costs.prepare()  # the models' tokenizers, to count prompts
         await self.check_blobs()
         keep = self.supervisor.keep
         keep("sweeper", self.sweeper.run_forever)
         keep("exports", self.exports.maintain_forever)
+        keep("audit", self.audit.prune_forever)
         if self.engine is not None:
             await self.engine.start()
             engine = self.engine
@@ -213,8 +218,7 @@ def build_services(
     files = BuiltinFiles(settings.engines.builtin.model)
     engine = build_engine(settings.engines, files) if worker else None
     context = chat_context(settings, None if engine is None else files)
-    toolbox = tools_of(settings, db, archive)
-    rounds = tool_rounds(settings, db, bus, core, archive, toolbox)
+    rounds = tool_rounds(settings, db, bus, core, archive)
     made = None if engine is None else make_worker(settings, engine, db, bus, core, context, rounds)
     submitter = Submitter(
         db,
@@ -231,30 +235,25 @@ def build_services(
         handoff=None if made is None else made[1],
         capabilities=capabilities(settings.engines),
     )
-    parts = (submitter, context, archive, models, passwords, made, toolbox)
+    parts = (submitter, context, archive, models, passwords, made, rounds.toolbox)
     return _assembled(settings, db, bus, core, *parts)
 
 
 def tool_rounds(
-    settings: Settings, db: Database, bus: Bus, core: _Core, archive: Archiver, toolbox: Toolbox
+    settings: Settings, db: Database, bus: Bus, core: _Core, archive: Archiver
 ) -> ToolRounds:
-    """How a chat's run calls the server's tools (the files they make kept with it)."""
-    confirming = Confirmations(bus, settings.tools)
-    made_files = AnswerFiles(db, archive.blobs, settings.attachments)
-    return ToolRounds(toolbox, settings.qos, core.moderator, confirming, made_files)
-
-
-def tools_of(settings: Settings, db: Database, archive: Archiver) -> Toolbox:
-    """The server's tools, every one a tier names among them (else ConfigurationError)."""
+    """The server's tools (each one a tier names, else ConfigurationError), as runs call them."""
     secret = settings.secret_key.get_secret_value()
     toolbox = Toolbox(settings.tools, db, Cursors(secret), archive, settings.data_dir, secret)
     toolbox.check_tiers(settings.qos.tiers)
-    return toolbox
+    made = AnswerFiles(db, archive.blobs, settings.attachments)
+    return ToolRounds(
+        toolbox, settings.qos, core.moderator, Confirmations(bus, settings.tools), made
+    )
 
 
 def chat_context(settings: Settings, files: BuiltinFiles | None) -> ChatContext:
-    """``files``: what this process's engine read, to count prompts with (not read from
-    disk again); None: the context loads the models' tokenizers when first asked."""
+    """``files``: what this engine read, to count prompts (None: tokenizers loaded later)."""
     counter = None if files is None else PromptCounter.from_settings(settings.engines, files=files)
     return ChatContext(
         settings.context,
@@ -274,6 +273,7 @@ def accounts(settings: Settings, db: Database, bus: Bus, passwords: Passwords) -
         AccountThrottles(bus, settings.accounts),
         secret_key=settings.secret_key.get_secret_value(),
         default_tier=settings.qos.default_tier,
+        audit=AuditLog(db, settings.audit),
     )
 
 

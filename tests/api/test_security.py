@@ -10,8 +10,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from parley.domain import utcnow
+from parley.accounts.management import Management, UserChange
+from parley.audit.actions import Actor
+from parley.domain import UserRole, utcnow
 from parley.services import Services
+from parley.store import users
 from parley.store.schema import Session
 from tests.helpers import PASSWORD, assert_error, bearer, signup, user_headers
 
@@ -36,6 +39,45 @@ BODIES = {
 }
 
 
+ADMIN_PREFIX = "/api/admin/"
+ADMIN_BODIES = {("PATCH", "/api/admin/users/{user_id}"): {"role": "admin"}}
+
+
+async def test_every_admin_route_is_403_for_a_user_and_changing_ones_for_an_auditor(
+    client: httpx.AsyncClient, services: Services
+) -> None:
+    """From the OpenAPI document, so a new admin route cannot slip through: a user's
+    session and key are refused every one, an auditor every one that changes anything,
+    and nothing changed."""
+    owner = await user_headers(client, "owner@example.com")
+    ids = await _owned_objects(client, owner)
+    app = client._transport.app  # type: ignore[attr-defined]
+    admin_routes = [(m, p) for m, p in _operations(app) if p.startswith(ADMIN_PREFIX)]
+    assert len(admin_routes) >= 8, admin_routes
+    auditor = await user_headers(client, "auditor@example.com")
+    await _make(services, "auditor@example.com", UserRole.AUDITOR)
+    key = (await client.post("/api/keys", json={"name": "k"}, headers=owner)).json()["key"]
+    for method, path in admin_routes:
+        url, body = path.format(**ids), ADMIN_BODIES.get((method, path))
+        for who in (owner, bearer(key)):
+            r = await client.request(method, url, headers=who, json=body)
+            assert r.status_code == 403, (method, path, r.text)
+        r = await client.request(method, url, headers=auditor, json=body)
+        assert r.status_code == (200 if method == "GET" else 403), (method, path, r.text)
+    me = (await client.get("/api/me", headers=owner)).json()
+    assert me["user"]["id"] == ids["user_id"]
+    r = await client.get(f"/api/admin/users/{ids['user_id']}", headers=auditor)
+    assert r.json()["role"] == "user"  # the PATCH that would have made them admin did nothing
+
+
+async def _make(services: Services, email: str, role: UserRole) -> None:
+    async with services.db.transaction() as s:
+        user = await users.find_user_by_email(s, email)
+    assert user is not None
+    manage = Management(services.db, services.audit, list(services.settings.qos.tiers))
+    await manage.change(Actor.cli(), user.id, UserChange(role=role), "test")
+
+
 def _operations(app: FastAPI) -> list[tuple[str, str]]:
     ops = []
     for path, item in app.openapi()["paths"].items():
@@ -45,6 +87,7 @@ def _operations(app: FastAPI) -> list[tuple[str, str]]:
 
 
 async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, str]:
+    owner_id = (await client.get("/api/me", headers=auth)).json()["user"]["id"]
     chat = (await client.post("/api/chats", json={"title": "secret"}, headers=auth)).json()
     key = (await client.post("/api/keys", json={"name": "k"}, headers=auth)).json()
     run = await client.post(
@@ -79,6 +122,7 @@ async def _owned_objects(client: httpx.AsyncClient, auth: dict[str, str]) -> dic
         # MCP servers are the operator's too: none here, so each is everyone's 404 (a user's
         # connections to one are theirs: tests/runs/test_mcp_oauth.py)
         "server": "no-such-server",
+        "user_id": owner_id,
     }
 
 
@@ -90,7 +134,11 @@ async def test_every_route_with_an_id_is_404_for_another_user(
     ids = await _owned_objects(client, owner)
     app = client._transport.app  # type: ignore[attr-defined]
     # a shared link reads for anyone with its token, another user too
-    id_routes = [(m, p) for m, p in _operations(app) if "{" in p and p != "/api/shared/{token}"]
+    id_routes = [
+        (m, p)
+        for m, p in _operations(app)
+        if "{" in p and p != "/api/shared/{token}" and not p.startswith(ADMIN_PREFIX)
+    ]
     assert len(id_routes) >= 9, id_routes
     for method, path in id_routes:
         url = path.format(**ids)

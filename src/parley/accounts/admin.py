@@ -1,4 +1,5 @@
-"""``parley user create / set-tier / list / export / delete``: users from the command line."""
+"""``parley user create / set-tier / set-role / disable / enable / list / export / delete``:
+users from the command line. Every change is on the audit log, made by ``cli``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from parley.portability.admin import add_data_parsers
 
 # the database's libraries are imported when a command runs, not to build the parser
 if TYPE_CHECKING:
+    from parley.accounts.management import UserChange
     from parley.config import Settings
     from parley.store.database import Database
 
@@ -33,6 +35,18 @@ def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser],
     set_tier.add_argument("email")
     set_tier.add_argument("tier")
     set_tier.set_defaults(handler=user_set_tier)
+    set_role = user_sub.add_parser(
+        "set-role", help="make a user an admin, an auditor (reads the admin console) or a user"
+    )
+    settings_args(set_role)
+    set_role.add_argument("email")
+    set_role.add_argument("role", choices=["user", "auditor", "admin"])
+    set_role.set_defaults(handler=user_set_role)
+    for verb, disabled in (("disable", True), ("enable", False)):
+        state = user_sub.add_parser(verb, help=f"{verb} a user (disabling ends their sessions)")
+        settings_args(state)
+        state.add_argument("email")
+        state.set_defaults(handler=user_disable if disabled else user_enable)
     list_ = user_sub.add_parser("list", help="list users")
     settings_args(list_)
     list_.set_defaults(handler=user_list)
@@ -42,6 +56,8 @@ def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser],
 async def user_create(args: argparse.Namespace, settings: Settings) -> int:
     from parley.accounts.passwords import Passwords
     from parley.accounts.policy import check_password, checked_email
+    from parley.audit.actions import Actor, AuditAction, AuditEvent
+    from parley.audit.log import AuditLog
     from parley.errors import ValidationFailed
     from parley.store import users
 
@@ -62,6 +78,9 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
         password_hash = await Passwords().hash(password)
         async with db.transaction() as s:
             user = await users.create_user(s, email=email, password_hash=password_hash, tier=tier)
+            detail = {"email": email, "tier": tier}
+            created = AuditEvent(AuditAction.USER_CREATED, Actor.cli(), "user", user.id, detail)
+            await AuditLog.record_in(s, created)
         print(f"{user.id}\t{user.email}\t{user.tier}")
     except Exception as e:
         return fail(str(e))
@@ -71,18 +90,51 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def user_set_tier(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.management import UserChange
+
+    return await _change(settings, args.email, UserChange(tier=args.tier))
+
+
+async def user_set_role(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.management import UserChange
+    from parley.domain import UserRole
+
+    return await _change(settings, args.email, UserChange(role=UserRole(args.role)))
+
+
+async def user_disable(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.management import UserChange
+
+    return await _change(settings, args.email, UserChange(disabled=True))
+
+
+async def user_enable(args: argparse.Namespace, settings: Settings) -> int:
+    from parley.accounts.management import UserChange
+
+    return await _change(settings, args.email, UserChange(disabled=False))
+
+
+async def _change(settings: Settings, email: str, change: UserChange) -> int:
+    """The change made by the CLI (on the audit log as ``cli``); the user's line after it."""
+    from parley.accounts.management import Management
+    from parley.audit.actions import Actor
+    from parley.audit.log import AuditLog
+    from parley.errors import ParleyError
     from parley.store import users
 
-    if args.tier not in settings.qos.tiers:
-        return fail(f"unknown tier {args.tier!r}; tiers: {', '.join(sorted(settings.qos.tiers))}")
     db = await open_db(settings)
     try:
         async with db.transaction() as s:
-            user = await users.find_user_by_email(s, args.email)
-            if user is None:
-                return fail(f"no user with email {args.email!r}")
-            await users.set_tier(s, user, args.tier)
-        print(f"{user.id}\t{user.email}\t{args.tier}")
+            found = await users.find_user_by_email(s, email)
+        if found is None:
+            return fail(f"no user with email {email!r}")
+        manage = Management(db, AuditLog(db, settings.audit), list(settings.qos.tiers))
+        try:
+            user = await manage.change(Actor.cli(), found.id, change, "cli")
+        except ParleyError as e:
+            return fail(e.message)
+        state = "disabled" if user.disabled_at else "active"
+        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.role}\t{state}")
     finally:
         await db.dispose()
     return 0
@@ -98,7 +150,9 @@ async def user_list(_: argparse.Namespace, settings: Settings) -> int:
     finally:
         await db.dispose()
     for user in rows:
-        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.created_at.isoformat()}")
+        state = "disabled" if user.disabled_at else "active"
+        created = user.created_at.isoformat()
+        print(f"{user.id}\t{user.email}\t{user.tier}\t{user.role}\t{state}\t{created}")
     return 0
 
 

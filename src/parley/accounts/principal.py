@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parley.domain import CredentialKind
+from parley.domain import CredentialKind, UserRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,3 +16,4 @@ class Principal:
     tier: str
     kind: CredentialKind
     credential_id: str
+    role: UserRole = UserRole.USER

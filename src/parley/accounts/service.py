@@ -14,7 +14,9 @@ from parley.accounts.policy import check_password
 from parley.accounts.principal import Principal
 from parley.accounts.settings import AccountSettings
 from parley.accounts.throttle import AccountThrottles
-from parley.domain import CredentialKind, is_id, utcnow
+from parley.audit.actions import Actor, AuditAction, AuditEvent
+from parley.audit.log import AuditLog
+from parley.domain import CredentialKind, UserRole, is_id, utcnow
 from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
 from parley.store import credentials, users
 from parley.store.database import Database
@@ -46,8 +48,10 @@ class Accounts:
         *,
         secret_key: str,
         default_tier: str,
+        audit: AuditLog,
     ) -> None:
         self._db = db
+        self.audit = audit
         self._settings = settings
         self._secret = secret_key
         self._default_tier = default_tier
@@ -55,6 +59,10 @@ class Accounts:
         self._throttles = throttles
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
         self._cache = CredentialCache(settings.auth_cache_seconds)
+
+    def forget_credentials(self, user_id: str) -> None:
+        """The user's cached credentials dropped: the next request looks them up again."""
+        self._cache.forget_user(user_id)
 
     def close(self) -> None:
         """Let go of the password hashing threads."""
@@ -68,6 +76,7 @@ class Accounts:
             user = await users.create_user(
                 s, email=email, password_hash=password_hash, tier=self._default_tier
             )
+            await self._record(s, AuditAction.SIGNUP, user)
             return await self._open_session(s, user)
 
     async def login(self, email: str, password: str, client: str | None) -> Login:
@@ -78,6 +87,9 @@ class Accounts:
             await self._passwords.burn(password)
         else:
             verdict = await self._passwords.verify(user.password_hash, password)
+            if verdict.ok and user.disabled_at is not None:
+                await self._refused(email, user, "disabled")
+                raise Unauthenticated("the account is disabled", code="account_disabled")
             if verdict.ok:
                 await self._throttles.password_ok(email, client)
                 async with self._db.transaction() as s:
@@ -85,8 +97,29 @@ class Accounts:
                     if verdict.needs_rehash:
                         new_hash = await self._passwords.hash(password)
                         await users.set_password_hash(s, user, new_hash)
+                    await self._record(s, AuditAction.LOGIN, user)
                     return await self._open_session(s, user)
+        await self._refused(email, user, "wrong password" if user else "no such account")
         raise Unauthenticated("email or password is wrong", code="invalid_login")
+
+    async def _refused(self, email: str, user: User | None, why: str) -> None:
+        await self.audit.record(
+            AuditEvent(
+                AuditAction.LOGIN_FAILED,
+                Actor(None, email[:320]),
+                "user" if user else None,
+                user.id if user else None,
+                {"reason": why},
+            )
+        )
+
+    async def _record(
+        self, s: AsyncSession, action: AuditAction, user: User, **detail: object
+    ) -> None:
+        """A user's own act, recorded in its transaction."""
+        await self.audit.record_in(
+            s, AuditEvent(action, Actor(user.id, user.email), "user", user.id, dict(detail))
+        )
 
     async def change_password(
         self, principal: Principal, current: str, new: str, client: str | None
@@ -100,9 +133,11 @@ class Accounts:
         async with self._db.transaction() as s:
             user = await users.get_user(s, principal.user_id) or user
             await users.set_password_hash(s, user, new_hash)
-            return await credentials.revoke_sessions(
+            ended = await credentials.revoke_sessions(
                 s, user_id=principal.user_id, keep=principal.credential_id
             )
+            await self._record(s, AuditAction.PASSWORD_CHANGED, user, sessions_ended=ended)
+            return ended
 
     async def confirm_password(
         self, principal: Principal, password: str, client: str | None, *, param: str
@@ -120,6 +155,9 @@ class Accounts:
         messages, runs, exports: ``ON DELETE CASCADE``); False if there was none."""
         self._cache.forget_user(user_id)
         async with self._db.transaction() as s:
+            user = await users.get_user(s, user_id)
+            if user is not None:
+                await self._record(s, AuditAction.ACCOUNT_DELETED, user)
             return await users.delete_user(s, user_id)
 
     async def logout(self, principal: Principal) -> None:
@@ -130,12 +168,15 @@ class Accounts:
             await credentials.revoke_session(
                 s, user_id=principal.user_id, session_id=principal.credential_id
             )
+            await self._acted(s, principal, AuditAction.LOGOUT)
 
     async def logout_everywhere(self, principal: Principal) -> int:
         """End every session of the user, this one too; how many were ended."""
         self._cache.forget_user(principal.user_id)
         async with self._db.transaction() as s:
-            return await credentials.revoke_sessions(s, user_id=principal.user_id)
+            ended = await credentials.revoke_sessions(s, user_id=principal.user_id)
+            await self._acted(s, principal, AuditAction.LOGOUT_EVERYWHERE, sessions_ended=ended)
+            return ended
 
     async def list_sessions(self, principal: Principal) -> list[SessionRow]:
         async with self._db.transaction() as s:
@@ -150,6 +191,8 @@ class Accounts:
                 found = await credentials.revoke_session(
                     s, user_id=principal.user_id, session_id=session_id
                 )
+                if found:
+                    await self._acted(s, principal, AuditAction.SESSION_ENDED, session=session_id)
         if not found:
             raise no_such("session", session_id, code="session_not_found", param="session_id")
 
@@ -184,12 +227,15 @@ class Accounts:
             raise Unauthenticated(
                 "the token is not valid, has expired or was revoked", code="invalid_token"
             )
+        if user.disabled_at is not None:
+            raise Unauthenticated("the account is disabled", code="account_disabled")
         return Principal(
             user_id=user.id,
             email=user.email,
             tier=user.tier,
             kind=kind,
             credential_id=credential.id,
+            role=UserRole(user.role),
         )
 
     async def me(self, principal: Principal) -> User:
@@ -209,6 +255,7 @@ class Accounts:
                 token_hash=tokens.hash_token(secret),
                 hint=tokens.key_hint(secret),
             )
+            await self._acted(s, principal, AuditAction.KEY_CREATED, key=key.id, name=name)
         return NewApiKey(key=key, secret=secret)
 
     async def list_api_keys(self, principal: Principal) -> list[ApiKey]:
@@ -223,8 +270,17 @@ class Accounts:
                 found = await credentials.revoke_api_key(
                     s, user_id=principal.user_id, key_id=key_id
                 )
+                if found:
+                    await self._acted(s, principal, AuditAction.KEY_REVOKED, key=key_id)
         if not found:
             raise no_such("API key", key_id, code="api_key_not_found", param="key_id")
+
+    async def _acted(
+        self, s: AsyncSession, who: Principal, action: AuditAction, **detail: object
+    ) -> None:
+        """What a signed-in user did to their own account, recorded in its transaction."""
+        event = AuditEvent(action, Actor(who.user_id, who.email), "user", who.user_id, detail)
+        await self.audit.record_in(s, event)
 
     def csrf_token(self, session_id: str) -> str:
         return tokens.csrf_token(self._secret, session_id)

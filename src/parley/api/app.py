@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from parley import __version__
+from parley.api.deps import audit_where
 from parley.api.docs import OPENAPI_URL, docs_enabled, mount_docs
 from parley.api.edge import Edge
 from parley.api.error_responses import install_error_handlers
 from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
 from parley.api.routes import (
+    admin,
     attachments,
     auth,
     branches,
@@ -55,6 +57,7 @@ ROUTERS = tuple(
         shares,
         search,
         tools,
+        admin,
     )
 )
 
@@ -82,8 +85,8 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
-    for router in ROUTERS:
-        app.include_router(router)
+    for router in ROUTERS:  # each request's origin kept for the audit records it makes
+        app.include_router(router, dependencies=[Depends(audit_where)])
     mount_web(app)
     if docs:
         mount_docs(app)

@@ -11,7 +11,8 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from parley import logs
 from parley.accounts.principal import Principal
-from parley.domain import CredentialKind
+from parley.audit.context import arrived
+from parley.domain import CredentialKind, UserRole
 from parley.errors import PermissionDenied, Unauthenticated
 from parley.services import Services
 
@@ -135,6 +136,29 @@ async def session_principal(who: PrincipalDep) -> Principal:
 
 
 SessionPrincipalDep = Annotated[Principal, Depends(session_principal)]
+
+
+async def auditor(who: SessionPrincipalDep) -> Principal:
+    """The admin console's reading routes: an auditor's or an admin's login session."""
+    if who.role not in (UserRole.AUDITOR, UserRole.ADMIN):
+        raise PermissionDenied("this route is for admins and auditors", code="admin_only")
+    return who
+
+
+async def admin(who: SessionPrincipalDep) -> Principal:
+    """The admin console's changing routes: an admin's login session."""
+    if who.role is not UserRole.ADMIN:
+        raise PermissionDenied("this route is for admins", code="admin_only")
+    return who
+
+
+AuditorDep = Annotated[Principal, Depends(auditor)]
+AdminDep = Annotated[Principal, Depends(admin)]
+
+
+async def audit_where(request: Request, address: ClientAddressDep) -> None:
+    """Where this request came from, for the audit records it makes (``audit/context``)."""
+    arrived(address, request.headers.get("user-agent"))
 
 
 async def page_limit(

@@ -65,6 +65,7 @@ class UserOut(BaseModel):
     object: Literal["user"] = "user"
     email: str
     tier: str
+    role: str = Field("user", description="user, auditor (reads the admin console) or admin.")
     created_at: datetime
 
 

@@ -42,7 +42,8 @@ def web_root() -> Path:
 
 
 def mount_web(app: FastAPI) -> None:
-    """Serve the UI at ``/`` (and ``/c/{chat_id}``), its assets under ``/static``."""
+    """Serve the UI at ``/`` (and ``/c/{chat_id}``), the admin console at ``/admin``, their
+    assets under ``/static``."""
     root = web_root()
     index = root / "index.html"
     router = APIRouter(include_in_schema=False)
@@ -51,6 +52,10 @@ def mount_web(app: FastAPI) -> None:
     @router.get("/c/{chat_id}")
     async def page() -> FileResponse:
         return FileResponse(index, headers=PAGE_HEADERS)
+
+    @router.get("/admin")
+    async def admin_page() -> FileResponse:  # (its data needs an admin's or auditor's session)
+        return FileResponse(root / "admin.html", headers=PAGE_HEADERS)
 
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=root), name="static")

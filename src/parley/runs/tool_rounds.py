@@ -52,7 +52,7 @@ class ToolRounds:
         confirming: Confirmations | None = None,
         files: AnswerFiles | None = None,
     ) -> None:
-        self._toolbox = toolbox
+        self.toolbox = toolbox
         self._qos = qos
         self._moderator = moderator
         self._confirming = confirming
@@ -64,7 +64,7 @@ class ToolRounds:
             return []
         allowed = self._qos.tier(run.tier).tools
         names = json.loads(run.tools)["names"]
-        return await self._toolbox.chosen((n for n in names if n in allowed), run.user_id)
+        return await self.toolbox.chosen((n for n in names if n in allowed), run.user_id)
 
     async def answer(
         self,

@@ -96,6 +96,16 @@ async def revoke_sessions(s: AsyncSession, *, user_id: str, keep: str | None = N
     return int(getattr(result, "rowcount", 0))
 
 
+async def revoke_api_keys(s: AsyncSession, *, user_id: str) -> int:
+    """Revoke every live API key of the user; how many were revoked."""
+    result = await s.execute(
+        update(ApiKey)
+        .where(ApiKey.user_id == user_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+    )
+    return int(getattr(result, "rowcount", 0))
+
+
 async def create_api_key(
     s: AsyncSession, *, user_id: str, name: str, token_hash: str, hint: str
 ) -> ApiKey:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -46,6 +46,29 @@ async def find_user_by_email(s: AsyncSession, email: str) -> User | None:
 
 async def list_users(s: AsyncSession) -> list[User]:
     return list(await s.scalars(select(User).order_by(User.created_at, User.id)))
+
+
+async def search_users(
+    s: AsyncSession, *, query: str | None, limit: int, after: str | None
+) -> list[User]:
+    """Users whose email holds ``query`` (any, without one), by email, after ``after``."""
+    found = select(User).order_by(User.email).limit(limit)
+    if query:
+        escaped = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        found = found.where(User.email.like(f"%{escaped}%", escape="\\"))
+    if after is not None:
+        found = found.where(User.email > after)
+    return list(await s.scalars(found))
+
+
+async def count_admins(s: AsyncSession, *, excluding: str) -> int:
+    """Admins who can still sign in, but ``excluding``."""
+    counted = await s.scalar(
+        select(func.count())
+        .select_from(User)
+        .where(User.role == "admin", User.disabled_at.is_(None), User.id != excluding)
+    )
+    return int(counted or 0)
 
 
 async def set_tier(s: AsyncSession, user: User, tier: str) -> None:

@@ -13,6 +13,7 @@ from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.auth import clear_cookies
 from parley.api.schemas import AccountDelete, Deleted, ExportList, ExportOut, ImportOut
 from parley.api.uploads import spooled, spooled_aside, while_connected
+from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.blobs.settings import PortabilitySettings
 from parley.domain import ExportStatus
 from parley.portability.parts import ImportSummary, import_parts, write_import_parts
@@ -56,6 +57,11 @@ async def download_export(
 ) -> Response:
     """The export's zip, by the link ``GET /api/exports/{id}`` hands out (no session)."""
     export, data = await svc.exports.download(export_id, token)
+    detail = {"bytes": len(data)}
+    owner = Actor(export.user_id, "by its signed link")
+    await svc.audit.record(
+        AuditEvent(AuditAction.EXPORT_DOWNLOADED, owner, "export", export.id, detail)
+    )
     day = export.created_at.astimezone(UTC).strftime("%Y-%m-%d")
     name = f"parley-export-{day}.zip"
     return Response(

@@ -13,10 +13,12 @@ from fastapi import APIRouter, Body, Response, status
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
+from parley.accounts.principal import Principal
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, errors
 from parley.api.schemas import Deleted
 from parley.api.web import PAGE_HEADERS
+from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.errors import NotFound
 from parley.json_types import Flag
 from parley.store import chats, shares
@@ -96,6 +98,8 @@ async def create_share(
     async with svc.db.transaction() as s:
         chat = await chats.get_chat(s, user_id=who.user_id, chat_id=chat_id)  # still there
         share = await shares.create_share(s, chat=chat, messages=snapshot)
+        detail = {"chat": chat.id, "tool_output": body is not None and body.tool_output}
+        await svc.audit.record_in(s, _event(AuditAction.SHARE_CREATED, who, share.id, detail))
     return _share_out(share)
 
 
@@ -112,7 +116,14 @@ async def revoke_share(share_id: str, who: PrincipalDep, svc: ServicesDep) -> De
     """Revoke the link: it is 404 from now on (and leaves the list)."""
     async with svc.db.transaction() as s:
         await shares.revoke_share(s, user_id=who.user_id, share_id=share_id)
+        await svc.audit.record_in(s, _event(AuditAction.SHARE_REVOKED, who, share_id, {}))
     return Deleted(id=share_id, object="share.deleted")
+
+
+def _event(
+    action: AuditAction, who: Principal, share_id: str, detail: dict[str, Any]
+) -> AuditEvent:
+    return AuditEvent(action, Actor(who.user_id, who.email), "share", share_id, detail)
 
 
 @router.get("/api/shared/{token}", response_model=SharedChat, responses=errors(404))

@@ -128,6 +128,7 @@ export class AccountPanel {
 
   render(me) {
     this.email.textContent = me.user.email;
+    byId("admin-link").hidden = !["admin", "auditor"].includes(me.user.role);
     const tier = me.tier.name;
     this.tier.textContent = `${tier.charAt(0).toUpperCase()}${tier.slice(1)} tier`;
     this.tier.title = `Up to ${number(me.tier.max_output_tokens)} tokens an answer, ` +

@@ -1,0 +1,144 @@
+// The admin console (/admin): users (find, change tier, role, disable, end sessions,
+// revoke keys) and the audit log (read, filter, verify, export). An auditor sees the
+// same page with nothing to change; anyone else is sent back to the app.
+
+import { api, apiGet } from "./api.js";
+import { byId, h } from "./dom.js";
+import { Notices } from "./notices.js";
+
+const ACTIONS = [
+  "account.signup", "session.login", "session.login_failed", "session.logout",
+  "session.logout_everywhere", "session.ended", "account.password_changed", "account.deleted",
+  "api_key.created", "api_key.revoked", "user.created", "user.tier_changed", "user.role_changed",
+  "user.disabled", "user.enabled", "user.sessions_ended", "user.keys_revoked", "share.created",
+  "share.revoked", "export.downloaded",
+];
+const ROLES = ["user", "auditor", "admin"];
+
+class Console {
+  constructor() {
+    this.notices = new Notices();
+    this.notices.onUnauthenticated = () => window.location.assign("/");
+    this.users = byId("users").querySelector("tbody");
+    this.audit = byId("audit").querySelector("tbody");
+    this.after = null;
+    this.before = null;
+    byId("user-search").addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.loadUsers(true);
+    });
+    byId("users-more").addEventListener("click", () => this.loadUsers(false));
+    byId("audit-more").addEventListener("click", () => this.loadAudit(false));
+    byId("audit-verify").addEventListener("click", () => this.verify());
+    const select = byId("audit-action");
+    select.append(...ACTIONS.map((a) => h("option", { value: a }, a)));
+    select.addEventListener("change", () => this.loadAudit(true));
+  }
+
+  async start() {
+    let me;
+    try {
+      me = await apiGet("/api/me");
+    } catch (err) {
+      return this.notices.error(err);
+    }
+    if (!["admin", "auditor"].includes(me.user.role)) return window.location.assign("/");
+    this.canChange = me.user.role === "admin";
+    this.tiers = Object.keys((await apiGet("/api/admin/tiers")).tiers);
+    byId("admin-who").textContent = `${me.user.email} (${me.user.role})`;
+    await Promise.all([this.loadUsers(true), this.loadAudit(true)]);
+  }
+
+  async loadUsers(fresh) {
+    if (fresh) this.after = null;
+    const query = new URLSearchParams({ limit: "50" });
+    const q = byId("user-query").value.trim();
+    if (q) query.set("q", q);
+    if (this.after) query.set("after", this.after);
+    try {
+      const page = await apiGet(`/api/admin/users?${query}`);
+      if (fresh) this.users.replaceChildren();
+      this.users.append(...page.data.map((u) => this.userRow(u)));
+      this.after = page.next_after;
+      byId("users-more").hidden = !this.after;
+    } catch (err) {
+      this.notices.error(err, "Could not list users");
+    }
+  }
+
+  userRow(user) {
+    const row = h("tr", { dataset: { userId: user.id } });
+    const change = (body) => this.change(user, body, row);
+    const disabled = !this.canChange;
+    const tier = h("select", { "aria-label": `Tier of ${user.email}`, disabled, onchange: (e) => change({ tier: e.target.value }) },
+      ...this.tiers.map((t) => h("option", { value: t, selected: t === user.tier }, t)));
+    const role = h("select", { "aria-label": `Role of ${user.email}`, disabled, onchange: (e) => change({ role: e.target.value }) },
+      ...ROLES.map((r) => h("option", { value: r, selected: r === user.role }, r)));
+    const off = h("input", { type: "checkbox", "aria-label": `${user.email} disabled`, checked: user.disabled, disabled,
+      onchange: (e) => change({ disabled: e.target.checked }) });
+    const ends = h("button", { type: "button", class: "link", disabled, onclick: () => this.count(user, "sessions/end", "sessions ended") }, "End sessions");
+    const keys = h("button", { type: "button", class: "link", disabled, onclick: () => this.count(user, "keys/revoke", "keys revoked") }, "Revoke keys");
+    row.append(h("td", { dir: "auto" }, user.email), h("td", {}, tier), h("td", {}, role), h("td", {}, off), h("td", {}, ends, " ", keys));
+    return row;
+  }
+
+  async change(user, body, row) {
+    try {
+      const changed = await api("PATCH", `/api/admin/users/${encodeURIComponent(user.id)}`, { json: body });
+      row.replaceWith(this.userRow(changed));
+      await this.loadAudit(true);
+    } catch (err) {
+      this.notices.error(err, `Could not change ${user.email}`);
+      await this.loadUsers(true);
+    }
+  }
+
+  async count(user, what, done) {
+    try {
+      const { count } = await api("POST", `/api/admin/users/${encodeURIComponent(user.id)}/${what}`);
+      byId("audit-status").textContent = `${user.email}: ${count} ${done}`;
+      await this.loadAudit(true);
+    } catch (err) {
+      this.notices.error(err, `Could not change ${user.email}`);
+    }
+  }
+
+  async loadAudit(fresh) {
+    if (fresh) this.before = null;
+    const query = new URLSearchParams({ limit: "100" });
+    const action = byId("audit-action").value;
+    if (action) query.set("action", action);
+    if (this.before) query.set("before", String(this.before));
+    try {
+      const page = await apiGet(`/api/admin/audit?${query}`);
+      if (fresh) this.audit.replaceChildren();
+      this.audit.append(...page.data.map((r) => h("tr", { dataset: { seq: String(r.seq) } },
+        h("td", {}, String(r.seq)),
+        h("td", {}, new Date(r.at).toLocaleString()),
+        h("td", {}, r.action),
+        h("td", { dir: "auto" }, r.actor),
+        h("td", {}, r.target_id || ""),
+        h("td", {}, [r.address, r.user_agent].filter(Boolean).join(" · ")),
+        h("td", { class: "audit-detail" }, JSON.stringify(r.detail)))));
+      this.before = page.next_before;
+      byId("audit-more").hidden = !this.before;
+    } catch (err) {
+      this.notices.error(err, "Could not read the audit log");
+    }
+  }
+
+  async verify() {
+    const status = byId("audit-status");
+    try {
+      const found = await apiGet("/api/admin/audit/verify");
+      status.textContent = found.ok
+        ? "The chain holds: every record as written, none missing or moved."
+        : `The chain is broken: ${found.breaks.map((b) => `#${b.seq} ${b.why}`).join("; ")}`;
+      status.dataset.ok = String(found.ok);
+    } catch (err) {
+      this.notices.error(err, "Could not verify the audit log");
+    }
+  }
+}
+
+new Console().start();
