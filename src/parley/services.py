@@ -273,7 +273,7 @@ def accounts(settings: Settings, db: Database, bus: Bus, passwords: Passwords) -
         AccountThrottles(bus, settings.accounts),
         secret_key=settings.secret_key.get_secret_value(),
         default_tier=settings.qos.default_tier,
-        audit=AuditLog(db, settings.audit),
+        audit=AuditLog(db, settings.audit, settings.secret_key.get_secret_value()),
     )
 
 

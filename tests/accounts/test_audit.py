@@ -18,9 +18,10 @@ from sqlalchemy import delete, text, update
 
 from parley.accounts.management import Management, UserChange
 from parley.audit.actions import Actor, AuditAction, AuditEvent
+from parley.audit.chain import GENESIS, Chain
 from parley.domain import UserRole, utcnow
 from parley.services import Services
-from parley.store import users
+from parley.store import audit, users
 from parley.store.schema import AuditRecord
 from tests.helpers import PASSWORD, assert_error, bearer, user_headers
 
@@ -121,6 +122,22 @@ async def test_an_admin_changes_a_user_and_a_disabled_users_credentials_stop_at_
     assert_error(r, 409, "last_admin")
 
 
+async def test_a_chain_rewritten_without_the_key_does_not_verify(services: Services) -> None:
+    """Someone who can write the database but lacks ``secret_key`` deletes a record and
+    recomputes every hash after it: the chain does not hold."""
+    for i in range(4):
+        await services.audit.record(
+            AuditEvent(AuditAction.ADMIN_READ, Actor.system(), detail={"i": i})
+        )
+    async with services.db.transaction() as s:
+        await s.execute(delete(AuditRecord).where(AuditRecord.seq == 2))
+        await s.execute(text("UPDATE audit_records SET seq = seq - 1 WHERE seq > 2"))
+        await s.execute(text("UPDATE audit_head SET seq = seq - 1"))
+        await _rechain(s, "not the server's secret key")
+    breaks = await services.audit.verify()
+    assert breaks and breaks[0].seq == 1, breaks
+
+
 @pytest.mark.parametrize("tamper", ["edit", "delete", "reorder", "delete-last"])
 async def test_verify_finds_a_record_edited_deleted_or_moved(
     services: Services, tamper: str
@@ -167,7 +184,7 @@ async def test_pruning_keeps_what_remains_verifiable(services: Services) -> None
     async with services.db.transaction() as s:  # the first four written long ago
         await s.execute(update(AuditRecord).where(AuditRecord.seq <= 4).values(at=old))
     async with services.db.transaction() as s:  # (re-chained: those dates are what was written)
-        await _rechain(s)
+        await _rechain(s, services.settings.secret_key.get_secret_value())
     assert await services.audit.verify() == []
     assert await services.audit.prune() == 4
     assert await services.audit.verify() == []
@@ -176,14 +193,12 @@ async def test_pruning_keeps_what_remains_verifiable(services: Services) -> None
     assert [line.count('"seq": ') for line in lines] == [1, 1]
 
 
-async def _rechain(s: Any) -> None:
-    """Recompute every hash (the test's stand-in for records written at those dates)."""
-    from parley.audit.chain import GENESIS, link
-    from parley.store import audit
-
+async def _rechain(s: Any, secret_key: str) -> None:
+    """Recompute every hash with the key of ``secret_key``."""
+    chain = Chain(secret_key)
     previous = GENESIS
     rows = [row async for row in audit.in_order(s)]
     for row in rows:
         row.prev_hash = previous
-        row.hash = previous = link(previous, audit.entry_of(row))
+        row.hash = previous = chain.link(previous, audit.entry_of(row))
     await s.execute(text("UPDATE audit_head SET hash = :h"), {"h": previous})

@@ -80,7 +80,9 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
             user = await users.create_user(s, email=email, password_hash=password_hash, tier=tier)
             detail = {"email": email, "tier": tier}
             created = AuditEvent(AuditAction.USER_CREATED, Actor.cli(), "user", user.id, detail)
-            await AuditLog.record_in(s, created)
+            await AuditLog(db, settings.audit, settings.secret_key.get_secret_value()).record_in(
+                s, created
+            )
         print(f"{user.id}\t{user.email}\t{user.tier}")
     except Exception as e:
         return fail(str(e))
@@ -128,7 +130,8 @@ async def _change(settings: Settings, email: str, change: UserChange) -> int:
             found = await users.find_user_by_email(s, email)
         if found is None:
             return fail(f"no user with email {email!r}")
-        manage = Management(db, AuditLog(db, settings.audit), list(settings.qos.tiers))
+        audit = AuditLog(db, settings.audit, settings.secret_key.get_secret_value())
+        manage = Management(db, audit, list(settings.qos.tiers))
         try:
             user = await manage.change(Actor.cli(), found.id, change, "cli")
         except ParleyError as e:

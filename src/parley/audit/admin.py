@@ -33,7 +33,7 @@ async def audit_verify(_: argparse.Namespace, settings: Settings) -> int:
 
     db = await open_db(settings)
     try:
-        log = AuditLog(db, settings.audit)
+        log = AuditLog(db, settings.audit, settings.secret_key.get_secret_value())
         breaks = await log.verify()
         count = await log.count()
     finally:
@@ -52,7 +52,9 @@ async def audit_export(_: argparse.Namespace, settings: Settings) -> int:
 
     db = await open_db(settings)
     try:
-        async for line in AuditLog(db, settings.audit).export():
+        async for line in AuditLog(
+            db, settings.audit, settings.secret_key.get_secret_value()
+        ).export():
             sys.stdout.write(line)
     finally:
         await db.dispose()
@@ -65,7 +67,7 @@ async def audit_prune(_: argparse.Namespace, settings: Settings) -> int:
 
     db = await open_db(settings)
     try:
-        pruned = await AuditLog(db, settings.audit).prune()
+        pruned = await AuditLog(db, settings.audit, settings.secret_key.get_secret_value()).prune()
     finally:
         await db.dispose()
     print(f"{pruned} records older than {settings.audit.retention_days} days deleted")

@@ -1,14 +1,18 @@
 """The audit log's hash chain: each record's hash covers its own fields and the hash before
 it, so a record edited, deleted or moved breaks the chain where it was (``verify``).
 
-A record's hash is SHA-256 over the previous hash and the record's canonical JSON (sorted
-keys, no spaces, times in ISO 8601 UTC). The first record chains from ``GENESIS``; after
-records are pruned for age, from the hash of the last one pruned (the head keeps it).
+A record's hash is an HMAC-SHA-256, keyed by a key derived from ``secret_key`` (which the
+database does not hold), over the previous hash and the record's canonical JSON (sorted
+keys, no spaces, times in ISO 8601 UTC): someone who can write the database but does not
+have the key cannot rewrite the chain to hide an edit. The first record chains from
+``GENESIS``; after records are pruned for age, from the hash of the last one pruned (the
+head keeps it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,8 +55,15 @@ class Entry:
         return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def link(previous: str, entry: Entry) -> str:
-    return hashlib.sha256(f"{previous}\n{entry.canonical()}".encode()).hexdigest()
+class Chain:
+    """The chain's keyed link: a record's hash from the one before it."""
+
+    def __init__(self, secret_key: str) -> None:
+        self._key = hashlib.sha256(f"parley:audit-chain:{secret_key}".encode()).digest()
+
+    def link(self, previous: str, entry: Entry) -> str:
+        message = f"{previous}\n{entry.canonical()}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +75,7 @@ class Break:
 
 
 def verify(
+    chain: Chain,
     stored: Iterable[tuple[Entry, str, str]],
     *,
     anchor_seq: int,
@@ -84,7 +96,7 @@ def verify(
             breaks.append(Break(entry.seq, f"record {entry.seq} is out of order"))
         if prev_hash != previous:
             breaks.append(Break(entry.seq, "it does not follow the record before it"))
-        if link(prev_hash, entry) != stored_hash:
+        if not hmac.compare_digest(chain.link(prev_hash, entry), stored_hash):
             breaks.append(Break(entry.seq, "its contents were changed after it was written"))
         expected_seq, previous = entry.seq + 1, stored_hash
     if expected_seq - 1 != head_seq or previous != head_hash:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.actions import AuditEvent, Where
-from parley.audit.chain import Break, verify
+from parley.audit.chain import Break, Chain, verify
 from parley.audit.context import here
 from parley.audit.settings import AuditSettings
 from parley.domain import utcnow
@@ -29,18 +29,18 @@ log = logging.getLogger(__name__)
 
 
 class AuditLog:
-    def __init__(self, db: Database, settings: AuditSettings) -> None:
+    def __init__(self, db: Database, settings: AuditSettings, secret_key: str) -> None:
         self._db = db
         self._settings = settings
+        self._chain = Chain(secret_key)
 
-    @staticmethod
-    async def record_in(s: AsyncSession, event: AuditEvent) -> None:
+    async def record_in(self, s: AsyncSession, event: AuditEvent) -> None:
         """In the caller's transaction: the change and its record commit together."""
-        await audit.append(s, _placed(event))
+        await audit.append(s, _placed(event), self._chain)
 
     async def record(self, event: AuditEvent) -> None:
         async with self._db.transaction() as s:
-            await audit.append(s, _placed(event))
+            await audit.append(s, _placed(event), self._chain)
 
     async def verify(self) -> list[Break]:
         async with self._db.transaction() as s:
@@ -50,6 +50,7 @@ class AuditLog:
                 async for r in audit.in_order(s, head.anchor_seq)
             ]
         return verify(
+            self._chain,
             rows,
             anchor_seq=head.anchor_seq,
             anchor_hash=head.anchor_hash,

@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.actions import AuditEvent
-from parley.audit.chain import GENESIS, Entry, link
+from parley.audit.chain import GENESIS, Chain, Entry
 from parley.domain import utcnow
 from parley.store.schema import AuditHead, AuditRecord
 
@@ -24,7 +24,7 @@ HEAD_ID = 1
 READ_BATCH = 1000
 
 
-async def append(s: AsyncSession, event: AuditEvent) -> AuditRecord:
+async def append(s: AsyncSession, event: AuditEvent, chain: Chain) -> AuditRecord:
     row = await _take_head(s)
     seq, previous = row
     entry = Entry(
@@ -40,7 +40,7 @@ async def append(s: AsyncSession, event: AuditEvent) -> AuditRecord:
         user_agent=(event.where.user_agent or None) and event.where.user_agent[:300],
         request_id=event.where.request_id,
     )
-    digest = link(previous, entry)
+    digest = chain.link(previous, entry)
     record = AuditRecord(
         seq=seq,
         at=entry.at,
