@@ -105,6 +105,20 @@ class CredentialKind(StrEnum):
     API_KEY = "api_key"
 
 
+class KeyScope(StrEnum):
+    """What an API key may do (a login session may do all of it)."""
+
+    CHATS_READ = "chats:read"  # read chats, messages, runs, search, files
+    CHATS_WRITE = "chats:write"  # send, edit, delete, share, upload
+    COMPLETIONS = "v1"  # OpenAI's API: completions, responses, embeddings
+    MODELS = "models"  # list the models
+    ADMIN = "admin"  # the admin console's routes (the key's user must be an admin or auditor)
+
+
+# a key made before scopes existed may do everything but administer
+LEGACY_SCOPES = frozenset(s.value for s in KeyScope if s is not KeyScope.ADMIN)
+
+
 class UserRole(StrEnum):
     """What a user may do beyond their own data: an auditor reads the admin console, an
     admin also changes it."""

@@ -17,3 +17,10 @@ class Principal:
     kind: CredentialKind
     credential_id: str
     role: UserRole = UserRole.USER
+    # an API key's scopes and models (None: a login session, which may do everything)
+    scopes: frozenset[str] | None = None
+    models: tuple[str, ...] | None = None
+
+    def may_use(self, model: str) -> bool:
+        """Whether this credential may use the model (its tier is checked apart)."""
+        return self.models is None or model in self.models

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,7 +18,7 @@ from parley.accounts.settings import AccountSettings
 from parley.accounts.throttle import AccountThrottles
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.log import AuditLog
-from parley.domain import CredentialKind, UserRole, is_id, utcnow
+from parley.domain import LEGACY_SCOPES, CredentialKind, UserRole, is_id, utcnow
 from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
 from parley.store import credentials, users
 from parley.store.database import Database
@@ -30,6 +32,25 @@ class Login:
     token: str
     session_id: str
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """What a new key may do: its scopes (``domain.KeyScope``), its models (None: any its
+    tier allows), its end."""
+
+    scopes: list[str] = field(default_factory=lambda: sorted(LEGACY_SCOPES))
+    models: list[str] | None = None
+    expires_at: datetime | None = None
+
+
+def _limits(credential: SessionRow | ApiKey) -> dict[str, Any]:
+    """An API key's scopes and models, as its principal carries them."""
+    if not isinstance(credential, ApiKey):
+        return {}
+    scopes = LEGACY_SCOPES if credential.scopes is None else json.loads(credential.scopes)
+    models = None if credential.models is None else tuple(json.loads(credential.models))
+    return {"scopes": frozenset(scopes), "models": models}
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,27 +217,28 @@ class Accounts:
         if not found:
             raise no_such("session", session_id, code="session_not_found", param="session_id")
 
-    async def authenticate(self, token: str) -> Principal:
-        """The principal a bearer token or session cookie stands for, or Unauthenticated."""
+    async def authenticate(self, token: str, address: str | None = None) -> Principal:
+        """The principal a bearer token or session cookie stands for, or Unauthenticated
+        (``address``: where it is used from, kept as a key's last use)."""
         token_hash = tokens.hash_token(token)
         if not token.startswith(tokens.API_KEY_PREFIX):  # sessions expire and idle out
             return await self._look_up(token, token_hash)
         cached = self._cache.get(token_hash)
         if cached is not None:
             return cached
-        principal = await self._look_up(token, token_hash)
+        principal = await self._look_up(token, token_hash, address)
         self._cache.put(token_hash, principal)
         return principal
 
-    async def _look_up(self, token: str, token_hash: str) -> Principal:
+    async def _look_up(self, token: str, token_hash: str, address: str | None = None) -> Principal:
         now = utcnow()
         async with self._db.transaction() as s:
             credential: SessionRow | ApiKey | None
             if token.startswith(tokens.API_KEY_PREFIX):
-                credential = await credentials.find_live_api_key(s, token_hash)
+                credential = await credentials.find_live_api_key(s, token_hash, now)
                 kind = CredentialKind.API_KEY
                 if credential is not None:
-                    await credentials.touch_api_key(s, credential, now)
+                    await credentials.touch_api_key(s, credential, now, address)
             else:
                 credential = await credentials.find_live_session(s, token_hash, now, self._idle)
                 kind = CredentialKind.SESSION
@@ -236,6 +258,7 @@ class Accounts:
             kind=kind,
             credential_id=credential.id,
             role=UserRole(user.role),
+            **_limits(credential),
         )
 
     async def me(self, principal: Principal) -> User:
@@ -245,8 +268,11 @@ class Accounts:
             raise Unauthenticated("the account no longer exists", code="invalid_token")
         return user
 
-    async def create_api_key(self, principal: Principal, name: str) -> NewApiKey:
+    async def create_api_key(
+        self, principal: Principal, name: str, limits: KeyLimits | None = None
+    ) -> NewApiKey:
         secret = tokens.new_api_key()
+        limits = limits or KeyLimits()
         async with self._db.transaction() as s:
             key = await credentials.create_api_key(
                 s,
@@ -254,8 +280,12 @@ class Accounts:
                 name=name,
                 token_hash=tokens.hash_token(secret),
                 hint=tokens.key_hint(secret),
+                scopes=limits.scopes,
+                models=limits.models,
+                expires_at=limits.expires_at,
             )
-            await self._acted(s, principal, AuditAction.KEY_CREATED, key=key.id, name=name)
+            detail = {"key": key.id, "name": name, "scopes": limits.scopes}
+            await self._acted(s, principal, AuditAction.KEY_CREATED, **detail)
         return NewApiKey(key=key, secret=secret)
 
     async def list_api_keys(self, principal: Principal) -> list[ApiKey]:

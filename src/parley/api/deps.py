@@ -12,7 +12,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 from parley import logs
 from parley.accounts.principal import Principal
 from parley.audit.context import arrived
-from parley.domain import CredentialKind, UserRole
+from parley.domain import CredentialKind, KeyScope, UserRole
 from parley.errors import PermissionDenied, Unauthenticated
 from parley.services import Services
 
@@ -47,6 +47,7 @@ async def principal(
     cookie: Annotated[str | None, Depends(cookie_scheme)],
 ) -> Principal:
     who = await _authenticate(request, svc, bearer, cookie)
+    _check_scope(who, request)
     request.state.principal = who  # whose request a refusal refused (metrics: its tier)
     logs.add(user_id=who.user_id)  # the rest of the request's log lines carry it
     if request.method not in SAFE_METHODS:  # before it writes: its reads stay on the primary
@@ -65,7 +66,8 @@ async def _authenticate(
             raise Unauthenticated(
                 "the Authorization header must be 'Bearer <token>'", code="invalid_authorization"
             )
-        return await svc.accounts.authenticate(bearer.credentials)
+        address = await client_address(request, svc)
+        return await svc.accounts.authenticate(bearer.credentials, address)
     if cookie:
         who = await svc.accounts.authenticate(cookie)
         if request.method not in SAFE_METHODS and not svc.accounts.csrf_valid(
@@ -81,6 +83,31 @@ async def _authenticate(
         "authentication required: send 'Authorization: Bearer <token>' or log in",
         code="missing_credentials",
     )
+
+
+def scope_for(method: str, path: str) -> KeyScope | None:
+    """The scope an API key needs for a request (None: no key reaches it)."""
+    if path.startswith("/api/admin/"):
+        return KeyScope.ADMIN
+    if path in ("/api/models", "/v1/models") or path.startswith("/v1/models/"):
+        return KeyScope.MODELS
+    if path.startswith("/v1/"):
+        return KeyScope.COMPLETIONS
+    if path.startswith("/api/"):
+        return KeyScope.CHATS_READ if method in SAFE_METHODS else KeyScope.CHATS_WRITE
+    return None
+
+
+def _check_scope(who: Principal, request: Request) -> None:
+    """An API key's scopes hold for this request (403 ``insufficient_scope`` naming it)."""
+    if who.scopes is None:
+        return
+    needed = scope_for(request.method, request.url.path)
+    if needed is None or needed.value not in who.scopes:
+        name = needed.value if needed else "none"
+        raise PermissionDenied(
+            f"this API key lacks the scope {name!r} this route needs", code="insufficient_scope"
+        )
 
 
 PrincipalDep = Annotated[Principal, Depends(principal)]
@@ -138,15 +165,17 @@ async def session_principal(who: PrincipalDep) -> Principal:
 SessionPrincipalDep = Annotated[Principal, Depends(session_principal)]
 
 
-async def auditor(who: SessionPrincipalDep) -> Principal:
-    """The admin console's reading routes: an auditor's or an admin's login session."""
+async def auditor(who: PrincipalDep) -> Principal:
+    """The admin console's reading routes: an auditor's or an admin's login session, or
+    their API key with the ``admin`` scope."""
     if who.role not in (UserRole.AUDITOR, UserRole.ADMIN):
         raise PermissionDenied("this route is for admins and auditors", code="admin_only")
     return who
 
 
-async def admin(who: SessionPrincipalDep) -> Principal:
-    """The admin console's changing routes: an admin's login session."""
+async def admin(who: PrincipalDep) -> Principal:
+    """The admin console's changing routes: an admin's login session, or their API key
+    with the ``admin`` scope."""
     if who.role is not UserRole.ADMIN:
         raise PermissionDenied("this route is for admins", code="admin_only")
     return who

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
-from parley.domain import ExportStatus, MessageRole, MessageStatus
+from parley.domain import LEGACY_SCOPES, ExportStatus, KeyScope, MessageRole, MessageStatus
 from parley.engines.settings import EngineKind
 
 
@@ -142,6 +142,18 @@ class SessionList(BaseModel):
 
 class ApiKeyCreate(Strict):
     name: Annotated[Text, Field(min_length=1)]
+    scopes: list[KeyScope] = Field(
+        default_factory=lambda: sorted(KeyScope(s) for s in LEGACY_SCOPES),
+        min_length=1,
+        description="What it may do: `chats:read`, `chats:write`, `v1` (OpenAI's API), "
+        "`models`, `admin` (an admin's or auditor's key only). Default: all but `admin`.",
+    )
+    models: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=50, description="The models it may use (default: any its tier allows)."
+    )
+    expires_in_days: int | None = Field(
+        None, ge=1, le=3650, description="It stops working after this many days (default: never)."
+    )
 
 
 class ApiKeyOut(BaseModel):
@@ -149,8 +161,12 @@ class ApiKeyOut(BaseModel):
     object: Literal["api_key"] = "api_key"
     name: str
     hint: str
+    scopes: list[str]
+    models: list[str] | None
+    expires_at: datetime | None
     created_at: datetime
     last_used_at: datetime | None
+    last_used_address: str | None
 
 
 class ApiKeyCreated(ApiKeyOut):

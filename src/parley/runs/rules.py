@@ -69,7 +69,7 @@ class Rules:
     ) -> new_runs.NewRun:
         tier = self._settings.tier(who.tier)
         self.check_content(req.content)
-        model = self.check_model(who.tier, tier, req.model)
+        model = self.check_model(who.tier, tier, req.model, who)
         return new_runs.NewRun(
             user_id=who.user_id,
             chat_id=chat_id,
@@ -124,7 +124,11 @@ class Rules:
         """Whether a tier may use a model (any model: chat or embedding)."""
         return _allows(self._settings.tier(tier_name), model)
 
-    def check_model(self, tier_name: str, tier: TierSettings, asked: str | None) -> str:
+    def check_model(
+        self, tier_name: str, tier: TierSettings, asked: str | None, who: Principal | None = None
+    ) -> str:
+        """The model asked for (or the default), if it is served, the tier allows it and
+        the credential (an API key limited to some models) may use it."""
         model = asked or self._models[0]
         if model not in self._models:
             raise ValidationFailed(
@@ -135,6 +139,12 @@ class Rules:
         if not _allows(tier, model):
             raise PermissionDenied(
                 f"the {tier_name} tier may not use model {quoted(model)}", code="model_not_allowed"
+            )
+        if who is not None and not who.may_use(model):
+            raise PermissionDenied(
+                f"this API key may not use model {quoted(model)}",
+                code="model_not_allowed_for_key",
+                param="model",
             )
         return model
 

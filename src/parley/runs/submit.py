@@ -135,7 +135,7 @@ class Submitter:
         for i, message in enumerate(req.input.messages):
             self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
-        model = self.rules.check_model(who.tier, tier, req.model)
+        model = self.rules.check_model(who.tier, tier, req.model, who)
         self.rules.check_engine(model, req.input, req.sampling)
         new = new_runs.NewRun(
             user_id=who.user_id,

@@ -6,6 +6,7 @@ sent. Revocation sets ``revoked_at``; expired or revoked rows never authenticate
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
@@ -107,7 +108,15 @@ async def revoke_api_keys(s: AsyncSession, *, user_id: str) -> int:
 
 
 async def create_api_key(
-    s: AsyncSession, *, user_id: str, name: str, token_hash: str, hint: str
+    s: AsyncSession,
+    *,
+    user_id: str,
+    name: str,
+    token_hash: str,
+    hint: str,
+    scopes: list[str] | None = None,
+    models: list[str] | None = None,
+    expires_at: datetime | None = None,
 ) -> ApiKey:
     row = ApiKey(
         id=new_id("key"),
@@ -115,6 +124,9 @@ async def create_api_key(
         name=name,
         token_hash=token_hash,
         hint=hint,
+        scopes=None if scopes is None else json.dumps(sorted(scopes)),
+        models=None if models is None else json.dumps(models),
+        expires_at=expires_at,
         created_at=utcnow(),
         last_used_at=None,
         revoked_at=None,
@@ -124,15 +136,24 @@ async def create_api_key(
     return row
 
 
-async def find_live_api_key(s: AsyncSession, token_hash: str) -> ApiKey | None:
+async def find_live_api_key(s: AsyncSession, token_hash: str, now: datetime) -> ApiKey | None:
+    """The key, unless revoked or expired."""
     return await s.scalar(
-        select(ApiKey).where(ApiKey.token_hash == token_hash, ApiKey.revoked_at.is_(None))
+        select(ApiKey).where(
+            ApiKey.token_hash == token_hash,
+            ApiKey.revoked_at.is_(None),
+            (ApiKey.expires_at.is_(None)) | (ApiKey.expires_at > now),
+        )
     )
 
 
-async def touch_api_key(s: AsyncSession, key: ApiKey, now: datetime) -> None:
-    if key.last_used_at is None or now - key.last_used_at > LAST_USED_GRANULARITY:
+async def touch_api_key(
+    s: AsyncSession, key: ApiKey, now: datetime, address: str | None = None
+) -> None:
+    moved = address is not None and address != key.last_used_address
+    if moved or key.last_used_at is None or now - key.last_used_at > LAST_USED_GRANULARITY:
         key.last_used_at = now
+        key.last_used_address = address or key.last_used_address
 
 
 async def list_api_keys(s: AsyncSession, user_id: str) -> list[ApiKey]:

@@ -131,8 +131,14 @@ class ApiKey(Base):
     name: Mapped[str] = mapped_column(String(200))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     hint: Mapped[str] = mapped_column(String(20))
+    # what it may do (a JSON list of ``domain.KeyScope``; NULL: a key made before scopes,
+    # which may do all but administer) and which models (JSON list; NULL: any)
+    scopes: Mapped[str | None] = mapped_column(Text)
+    models: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
+    last_used_address: Mapped[str | None] = mapped_column(String(100))
     revoked_at: Mapped[datetime | None]
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from parley.accounts.principal import Principal
 from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, errors
 from parley.api.routes.openai import rate_headers
 from parley.engines.embeddings import estimated_tokens
-from parley.errors import InvalidRequest, NotFound
+from parley.errors import InvalidRequest, NotFound, PermissionDenied
 from parley.openai.protocol import EmbeddingsRequest
 from parley.services import Services
 
@@ -25,7 +26,7 @@ async def create_embeddings(
     body: EmbeddingsRequest, who: PrincipalDep, svc: ServicesDep
 ) -> JSONResponse:
     """Embeddings of a text, texts, or token lists, in OpenAI's list shape."""
-    _check(body, svc, who.tier)
+    _check(body, svc, who)
     fields = body.model_dump(exclude_none=True)
     reserved = await svc.budget.reserve(who.user_id, who.tier, estimated_tokens(fields["input"]))
     used = 0
@@ -37,7 +38,8 @@ async def create_embeddings(
     return JSONResponse(embedded.body, headers=await rate_headers(svc, who))
 
 
-def _check(body: EmbeddingsRequest, svc: Services, tier: str) -> None:
+def _check(body: EmbeddingsRequest, svc: Services, who: Principal) -> None:
+    tier = who.tier
     for name in body.model_extra or {}:
         raise InvalidRequest(
             f"Unrecognized request argument supplied: {name}",
@@ -53,6 +55,12 @@ def _check(body: EmbeddingsRequest, svc: Services, tier: str) -> None:
                 param="model",
             )
         raise NotFound(f"The model `{model}` does not exist", code="model_not_found")
+    if not who.may_use(model):
+        raise PermissionDenied(
+            f"this API key may not use model {model!r}",
+            code="model_not_allowed_for_key",
+            param="model",
+        )
     limit = svc.embedder.max_inputs(model)
     if body.inputs > limit:
         raise InvalidRequest(
