@@ -17,6 +17,7 @@ from parley.accounts.principal import Principal
 from parley.accounts.settings import AccountSettings
 from parley.accounts.throttle import AccountThrottles
 from parley.audit.actions import Actor, AuditAction, AuditEvent
+from parley.audit.context import here
 from parley.audit.log import AuditLog
 from parley.domain import LEGACY_SCOPES, CredentialKind, UserRole, is_id, utcnow
 from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
@@ -325,5 +326,7 @@ class Accounts:
             user_id=user.id,
             token_hash=tokens.hash_token(token),
             ttl=timedelta(seconds=self._settings.session_ttl_seconds),
+            user_agent=here().user_agent,
+            address=here().address,
         )
         return Login(user=user, token=token, session_id=row.id, expires_at=row.expires_at)

@@ -133,6 +133,8 @@ class SessionOut(BaseModel):
     last_used_at: datetime = Field(description="Updated at most once a minute.")
     expires_at: datetime = Field(description="Its lifetime; unused for the idle timeout, it ends.")
     current: bool = Field(description="The session this request was made with.")
+    user_agent: str | None = Field(None, description="The browser or program it began in.")
+    address: str | None = Field(None, description="The address it began from.")
 
 
 class SessionList(BaseModel):

@@ -57,6 +57,10 @@ def mount_web(app: FastAPI) -> None:
     async def admin_page() -> FileResponse:  # (its data needs an admin's or auditor's session)
         return FileResponse(root / "admin.html", headers=PAGE_HEADERS)
 
+    @router.get("/account")
+    async def account_page() -> FileResponse:  # password, sessions, API keys
+        return FileResponse(root / "account.html", headers=PAGE_HEADERS)
+
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=root), name="static")
 

@@ -20,13 +20,21 @@ LAST_USED_GRANULARITY = timedelta(minutes=1)
 
 
 async def create_session(
-    s: AsyncSession, *, user_id: str, token_hash: str, ttl: timedelta
+    s: AsyncSession,
+    *,
+    user_id: str,
+    token_hash: str,
+    ttl: timedelta,
+    user_agent: str | None = None,
+    address: str | None = None,
 ) -> Session:
     now = utcnow()
     row = Session(
         id=new_id("sess"),
         user_id=user_id,
         token_hash=token_hash,
+        user_agent=user_agent,
+        address=address,
         created_at=now,
         expires_at=now + ttl,
         last_used_at=now,  # logging in is a use

@@ -114,6 +114,9 @@ class Session(Base):
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # where it was opened from: the browser or program, the address (to tell sessions apart)
+    user_agent: Mapped[str | None] = mapped_column(String(300))
+    address: Mapped[str | None] = mapped_column(String(100))
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     # refreshed at most once a minute (store.credentials.LAST_USED_GRANULARITY)

@@ -109,6 +109,8 @@ async def list_sessions(who: SessionPrincipalDep, svc: ServicesDep) -> SessionLi
                 last_used_at=row.last_used_at or row.created_at,
                 expires_at=row.expires_at,
                 current=row.id == who.credential_id,
+                user_agent=row.user_agent,
+                address=row.address,
             )
             for row in rows
         ]
