@@ -41,6 +41,7 @@ BODIES = {
 
 ADMIN_PREFIX = "/api/admin/"
 ADMIN_BODIES = {("PATCH", "/api/admin/users/{user_id}"): {"role": "admin"}}
+ADMIN_QUERIES = {("GET", "/api/admin/usage"): {"since": "2026-01-01", "until": "2026-01-02"}}
 
 
 async def test_every_admin_route_is_403_for_a_user_and_changing_ones_for_an_auditor(
@@ -59,10 +60,11 @@ async def test_every_admin_route_is_403_for_a_user_and_changing_ones_for_an_audi
     key = (await client.post("/api/keys", json={"name": "k"}, headers=owner)).json()["key"]
     for method, path in admin_routes:
         url, body = path.format(**ids), ADMIN_BODIES.get((method, path))
+        query = ADMIN_QUERIES.get((method, path))
         for who in (owner, bearer(key)):
-            r = await client.request(method, url, headers=who, json=body)
+            r = await client.request(method, url, headers=who, json=body, params=query)
             assert r.status_code == 403, (method, path, r.text)
-        r = await client.request(method, url, headers=auditor, json=body)
+        r = await client.request(method, url, headers=auditor, json=body, params=query)
         assert r.status_code == (200 if method == "GET" else 403), (method, path, r.text)
     me = (await client.get("/api/me", headers=owner)).json()
     assert me["user"]["id"] == ids["user_id"]

@@ -58,6 +58,8 @@ def test_an_admin_changes_a_user_and_sees_it_on_the_audit_log(
     expect(page.locator("#audit-status")).to_have_text(
         "The chain holds: every record as written, none missing or moved."
     )
+    page.get_by_role("button", name="Show usage").click()
+    expect(page.locator("#usage-total")).to_contain_text("prompt and")
     shot(page, "admin-console")
     assert user.client.get("/api/me").status_code == 401  # the disabled user's session ended
 

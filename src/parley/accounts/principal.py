@@ -21,6 +21,11 @@ class Principal:
     scopes: frozenset[str] | None = None
     models: tuple[str, ...] | None = None
 
+    @property
+    def key_id(self) -> str | None:
+        """The API key this request was made with (None: a login session)."""
+        return self.credential_id if self.kind is CredentialKind.API_KEY else None
+
     def may_use(self, model: str) -> bool:
         """Whether this credential may use the model (its tier is checked apart)."""
         return self.models is None or model in self.models

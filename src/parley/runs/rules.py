@@ -85,6 +85,7 @@ class Rules:
             attachment_ids=req.attachment_ids,
             tools=self.check_tools(tier, req.tools),
             tool_first=req.tool_first,
+            api_key_id=who.key_id,
         )
 
     def check_tools(self, tier: TierSettings, asked: tuple[str, ...]) -> tuple[str, ...]:

@@ -150,6 +150,7 @@ class Submitter:
             request_hash=program_hash(req, encoded) if idempotency_key else None,
             source=RunSource.API,
             input=encoded,
+            api_key_id=who.key_id,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
         if req.store:

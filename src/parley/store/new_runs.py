@@ -59,6 +59,7 @@ class NewRun:
     prompt_tokens: int | None = None  # counted at birth (a program's run handed off)
     downgraded_from: str | None = None  # the model asked for, when shedding chose ``model``
     tools: tuple[str, ...] = ()  # the server's tools the run may call (tools/toolbox.py)
+    api_key_id: str | None = None  # the API key it was asked with (usage per key)
     tool_first: str = "auto"  # the first step's tool_choice: auto, or required (it must call)
     # where the user message goes on the chat's tree: after this message (None: a root);
     # ACTIVE_LEAF: after the branch shown (a plain send), resolved when the run is made
@@ -90,6 +91,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "assistant_message_id": assistant_id,
         "source": new.source,
         "input": new.input,
+        "api_key_id": new.api_key_id,
         **_claimed_at_birth(new, now),
         "model": new.model,
         "downgraded_from": new.downgraded_from,

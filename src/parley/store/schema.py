@@ -134,8 +134,7 @@ class ApiKey(Base):
     name: Mapped[str] = mapped_column(String(200))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     hint: Mapped[str] = mapped_column(String(20))
-    # what it may do (a JSON list of ``domain.KeyScope``; NULL: a key made before scopes,
-    # which may do all but administer) and which models (JSON list; NULL: any)
+    # JSON lists: its ``domain.KeyScope``s (NULL: all but admin) and models (NULL: any)
     scopes: Mapped[str | None] = mapped_column(Text)
     models: Mapped[str | None] = mapped_column(Text)
     expires_at: Mapped[datetime | None]
@@ -231,6 +230,8 @@ class Run(Base):
     )
     # a program's request: its messages (JSON, ``runs/inputs.py``)
     input: Mapped[str | None] = mapped_column(Text)
+    # the API key the run was asked with (None: a login session or the service itself)
+    api_key_id: Mapped[str | None] = mapped_column(String(40))
     # the answer of a run with no assistant message to hold it
     output: Mapped[str | None] = mapped_column(Text)
     # the server's tools a chat's run may call ({"names", "first"}: JSON; None: none)

@@ -6,11 +6,14 @@ audit log with who made it."""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import AsyncIterator
-from datetime import datetime
+from dataclasses import asdict
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -18,12 +21,13 @@ from parley.accounts.management import Management, UserChange
 from parley.accounts.principal import Principal
 from parley.api.deps import AdminDep, AuditorDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
-from parley.audit.actions import Actor, AuditAction
+from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.log import wire
 from parley.domain import UserRole
+from parley.errors import InvalidRequest
 from parley.json_types import Flag
 from parley.services import Services
-from parley.store import audit
+from parley.store import audit, usage
 from parley.store.schema import User
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
@@ -197,6 +201,78 @@ async def verify_audit(who: AuditorDep, svc: ServicesDep) -> AuditVerified:
     """Whether the chain holds: every record as written, none missing or moved."""
     breaks = await svc.audit.verify()
     return AuditVerified(ok=not breaks, breaks=[BreakOut(seq=b.seq, why=b.why) for b in breaks])
+
+
+class UsageOut(BaseModel):
+    day: str = Field(description="The UTC day the runs ended (YYYY-MM-DD).")
+    user_id: str
+    email: str
+    model: str
+    api_key_id: str | None = Field(description="The key the runs were asked with; null: a session.")
+    source: str = Field(description="chat, api (a program's) or summary (the service's own).")
+    runs: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class UsageReport(BaseModel):
+    object: Literal["usage"] = "usage"
+    since: date
+    until: date
+    data: list[UsageOut]
+    prompt_tokens: int = Field(description="All of `data`'s.")
+    completion_tokens: int = Field(description="All of `data`'s.")
+
+
+@router.get(
+    "/usage",
+    response_model=UsageReport,
+    responses={
+        **errors(*ADMIN, 400, 422),
+        200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}},
+    },
+)
+async def usage_report(
+    who: AuditorDep,
+    svc: ServicesDep,
+    since: Annotated[date, Query(description="The first day (UTC), included.")],
+    until: Annotated[date, Query(description="The last day (UTC), included.")],
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> Any:
+    """Tokens and runs per day, user, model, API key and source, of the runs that ended
+    those days (their totals are what the token counters of `/metrics` added for them); as
+    JSON, or CSV with `format=csv`. At most 366 days."""
+    if until < since or (until - since).days > 365:
+        raise InvalidRequest("until must be on or after since, at most 366 days on", param="until")
+    start = datetime.combine(since, time.min, tzinfo=UTC)
+    end = datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC)
+    async with svc.db.transaction() as s:
+        rows = await usage.usage(s, since=start, until=end)
+        read = {"what": "usage", "since": since.isoformat(), "until": until.isoformat()}
+        await svc.audit.record_in(s, AuditEvent(AuditAction.ADMIN_READ, actor(who), detail=read))
+    data = [UsageOut(**asdict(r)) for r in rows]
+    if format == "csv":
+        return _csv(data, f"parley-usage-{since}-{until}.csv")
+    return UsageReport(
+        since=since,
+        until=until,
+        data=data,
+        prompt_tokens=sum(r.prompt_tokens for r in data),
+        completion_tokens=sum(r.completion_tokens for r in data),
+    )
+
+
+def _csv(rows: list[UsageOut], name: str) -> Response:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(list(UsageOut.model_fields))
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row.model_dump().values()])
+    return Response(
+        out.getvalue(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 def _user_out(user: User) -> AdminUserOut:

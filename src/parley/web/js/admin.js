@@ -33,6 +33,29 @@ class Console {
     const select = byId("audit-action");
     select.append(...ACTIONS.map((a) => h("option", { value: a }, a)));
     select.addEventListener("change", () => this.loadAudit(true));
+    const today = new Date().toISOString().slice(0, 10);
+    byId("usage-since").value = today;
+    byId("usage-until").value = today;
+    byId("usage-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.loadUsage();
+    });
+  }
+
+  async loadUsage() {
+    const query = new URLSearchParams({ since: byId("usage-since").value, until: byId("usage-until").value });
+    byId("usage-csv").href = `/api/admin/usage?${query}&format=csv`;
+    try {
+      const report = await apiGet(`/api/admin/usage?${query}`);
+      byId("usage").querySelector("tbody").replaceChildren(...report.data.map((r) => h("tr", {},
+        h("td", {}, r.day), h("td", { dir: "auto" }, r.email), h("td", {}, r.model),
+        h("td", {}, r.api_key_id || "session"), h("td", {}, r.source), h("td", {}, String(r.runs)),
+        h("td", {}, String(r.prompt_tokens)), h("td", {}, String(r.completion_tokens)))));
+      byId("usage-total").textContent =
+        `${report.prompt_tokens} prompt and ${report.completion_tokens} completion tokens in all`;
+    } catch (err) {
+      this.notices.error(err, "Could not read usage");
+    }
   }
 
   async start() {
@@ -46,7 +69,7 @@ class Console {
     this.canChange = me.user.role === "admin";
     this.tiers = Object.keys((await apiGet("/api/admin/tiers")).tiers);
     byId("admin-who").textContent = `${me.user.email} (${me.user.role})`;
-    await Promise.all([this.loadUsers(true), this.loadAudit(true)]);
+    await Promise.all([this.loadUsers(true), this.loadAudit(true), this.loadUsage()]);
   }
 
   async loadUsers(fresh) {
