@@ -1,9 +1,8 @@
 """The composition root: the services one process needs, built from its settings.
 
-Every process is assembled here (``parley serve``, ``parley api``, ``parley worker``, the
-CLI's commands and the test fixtures), so a service is constructed in one place: the HTTP
-app receives a ``Services`` and never builds one. Importing this module imports neither
-the HTTP layer nor an engine (engines are built on demand, for processes with a worker).
+Every process is assembled here (``parley serve / api / worker``, the CLI, the tests), so
+a service is constructed in one place: the HTTP app receives a ``Services`` and never
+builds one. Importing this imports neither the HTTP layer nor an engine (built on demand).
 """
 
 from __future__ import annotations
@@ -274,6 +273,7 @@ def accounts(settings: Settings, db: Database, bus: Bus, passwords: Passwords) -
         secret_key=settings.secret_key.get_secret_value(),
         default_tier=settings.qos.default_tier,
         audit=AuditLog(db, settings.audit, settings.secret_key.get_secret_value()),
+        tiers=list(settings.qos.tiers),
     )
 
 

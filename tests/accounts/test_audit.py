@@ -22,7 +22,7 @@ from parley.audit.chain import GENESIS, Chain
 from parley.domain import UserRole, utcnow
 from parley.services import Services
 from parley.store import audit, users
-from parley.store.schema import AuditRecord
+from parley.store.audit import AuditRecord
 from tests.helpers import PASSWORD, assert_error, bearer, user_headers
 
 AGENT = {"User-Agent": "audit-test/1.0"}

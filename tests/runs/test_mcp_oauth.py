@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from parley.services import Services
-from parley.store.schema import ToolClient, ToolGrant
+from parley.store.tool_grants import ToolClient, ToolGrant
 from tests.builders import ROOMY_TIERS
 from tests.helpers import user_headers
 from tests.runs.helpers import new_chat, send_json, wait_run

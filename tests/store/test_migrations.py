@@ -10,7 +10,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
-import parley.store.embeddings  # noqa: F401  (message_embeddings is on Base.metadata)
+import parley.store.audit
+import parley.store.embeddings
+import parley.store.identities
+import parley.store.tool_grants  # noqa: F401  (tool_clients, tool_grants)
 from parley.store.database import Database
 from parley.store.schema import Base
 

@@ -11,6 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts import tokens
 from parley.accounts.credential_cache import CredentialCache
+from parley.accounts.login import Login
+from parley.accounts.oidc import OidcSignIn
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
 from parley.accounts.principal import Principal
@@ -20,19 +22,19 @@ from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.context import here
 from parley.audit.log import AuditLog
 from parley.domain import LEGACY_SCOPES, CredentialKind, UserRole, is_id, utcnow
-from parley.errors import InvalidRequest, Unauthenticated, ValidationFailed, no_such
+from parley.errors import (
+    InvalidRequest,
+    PermissionDenied,
+    Unauthenticated,
+    ValidationFailed,
+    no_such,
+)
 from parley.store import credentials, users
 from parley.store.database import Database
 from parley.store.schema import ApiKey, User
 from parley.store.schema import Session as SessionRow
 
-
-@dataclass(frozen=True, slots=True)
-class Login:
-    user: User
-    token: str
-    session_id: str
-    expires_at: datetime
+SSO_ONLY = "!sso"  # the password hash of an account a provider made: no password matches it
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,11 @@ class Accounts:
         secret_key: str,
         default_tier: str,
         audit: AuditLog,
+        tiers: list[str] | None = None,
     ) -> None:
+        # the default tier first: what a provider's rules fall back to
+        self._tiers = [default_tier, *(t for t in tiers or [] if t != default_tier)]
+        self._sso: OidcSignIn | None = None
         self._db = db
         self.audit = audit
         self._settings = settings
@@ -82,6 +88,14 @@ class Accounts:
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
         self._cache = CredentialCache(settings.auth_cache_seconds)
 
+    @property
+    def sso(self) -> OidcSignIn:
+        """Sign-in with the configured OpenID Connect providers (made when first asked)."""
+        if self._sso is None:
+            providers = self._settings.oidc
+            self._sso = OidcSignIn(providers, self, self._db, self._secret, self._tiers)
+        return self._sso
+
     def forget_credentials(self, user_id: str) -> None:
         """The user's cached credentials dropped: the next request looks them up again."""
         self._cache.forget_user(user_id)
@@ -90,7 +104,32 @@ class Accounts:
         """Let go of the password hashing threads."""
         self._passwords.close()
 
+    async def create_sso_user(self, s: AsyncSession, email: str, provider: str) -> User:
+        """An account made by a provider's first sign-in: no password to sign in with."""
+        user = await users.create_user(
+            s, email=email, password_hash=SSO_ONLY, tier=self._default_tier
+        )
+        await self._record(s, AuditAction.SIGNUP, user, via=provider)
+        return user
+
+    async def open_sso_session(self, user_id: str, provider: str) -> Login:
+        """A session for a user a provider signed in (Unauthenticated if disabled)."""
+        async with self._db.transaction() as s:
+            user = await users.get_user(s, user_id)
+            if user is None or user.disabled_at is not None:
+                raise Unauthenticated("the account is disabled", code="account_disabled")
+            await self._record(s, AuditAction.LOGIN, user, via=provider)
+            return await self._open_session(s, user)
+
+    def check_local_passwords(self) -> None:
+        if not self._settings.local_passwords:
+            raise PermissionDenied(
+                "password sign-in is turned off here: sign in with your identity provider",
+                code="passwords_off",
+            )
+
     async def signup(self, email: str, password: str, client: str | None = None) -> Login:
+        self.check_local_passwords()
         check_password(password, email=email)  # refusals cost no sign-up attempt
         await self._throttles.before_signup(client)
         password_hash = await self._passwords.hash(password)
@@ -102,6 +141,7 @@ class Accounts:
             return await self._open_session(s, user)
 
     async def login(self, email: str, password: str, client: str | None) -> Login:
+        self.check_local_passwords()
         await self._throttles.before_password_check(email, client)
         async with self._db.transaction() as s:
             user = await users.find_user_by_email(s, email)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from parley.accounts.oidc_settings import OidcProvider
+
 
 class AccountSettings(BaseModel):
     model_config = {"extra": "forbid"}
@@ -24,6 +26,13 @@ class AccountSettings(BaseModel):
         "revocation made in another process takes effect here within it.",
     )
     max_key_name_chars: int = Field(default=100, gt=0, description="An API key's name, at most.")
+    local_passwords: bool = Field(
+        default=True,
+        description="Sign-up and sign-in with a password; off: only the identity providers.",
+    )
+    oidc: list[OidcProvider] = Field(
+        default_factory=list, description="OpenID Connect providers users may sign in with."
+    )
     login_free_failures: int = Field(
         default=5, ge=1, description="Failures for one (email, address) before slowing."
     )

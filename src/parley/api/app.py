@@ -31,6 +31,7 @@ from parley.api.routes import (
     runs,
     search,
     shares,
+    sso,
     tools,
 )
 from parley.api.routes.portability import IMPORTS_PATH
@@ -58,6 +59,7 @@ ROUTERS = tuple(
         search,
         tools,
         admin,
+        sso,
     )
 )
 

@@ -8,7 +8,9 @@
   server closes the connection, the only way to tell the client the body is cut.
 * ``Cache-Control: no-store`` on everything under ``/api`` and ``/v1``: those answers
   depend on the caller (the login body holds the session token, /api/me the email).
-* Redirects are relative: a ``Location`` never names the request's ``Host`` header.
+* Redirects are relative: a ``Location`` never names the request's ``Host`` header (but
+  for one a route marks as off-site with ``OFFSITE``: to an identity provider, which it
+  built from settings, never from the request).
 * Every log line of the request carries its request id, and the trace id of a valid W3C
   ``traceparent`` header (``parley.logs``), or of the request's span when tracing is on.
 * A server span per request when tracing is on (``parley.observability.tracing``).
@@ -91,20 +93,27 @@ def is_private(path: str) -> bool:
 
 
 def edge_headers(message: Message, request_id: str, *, private: bool) -> _Headers:
+    given = message.get("headers", [])
+    offsite = any(name.lower() == OFFSITE_HEADER for name, _ in given)
     headers: _Headers = [
         (name, value)
-        for name, value in message.get("headers", [])
-        if not (private and name.lower() == b"cache-control")
+        for name, value in given
+        if not (private and name.lower() == b"cache-control") and name.lower() != OFFSITE_HEADER
     ]
     if private:
         headers.append((b"cache-control", b"no-store"))
-    if 300 <= int(message.get("status", 200)) < 400:
+    if 300 <= int(message.get("status", 200)) < 400 and not offsite:
         headers = [
             (name, relative(value) if name.lower() == b"location" else value)
             for name, value in headers
         ]
     headers.append((REQUEST_ID_HEADER.lower().encode(), request_id.encode()))
     return headers
+
+
+# a route's mark on a redirect to another site (taken off at the edge)
+OFFSITE_HEADER = b"x-parley-offsite"
+OFFSITE = {OFFSITE_HEADER.decode(): "1"}
 
 
 def relative(location: bytes) -> bytes:

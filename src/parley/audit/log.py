@@ -22,8 +22,8 @@ from parley.audit.settings import AuditSettings
 from parley.domain import utcnow
 from parley.outages import log_failure
 from parley.store import audit
+from parley.store.audit import AuditRecord
 from parley.store.database import Database
-from parley.store.schema import AuditRecord
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,54 @@ import json
 from collections.abc import AsyncIterator
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Index, Integer, String, Text, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.audit.actions import AuditEvent
 from parley.audit.chain import GENESIS, Chain, Entry
 from parley.domain import utcnow
-from parley.store.schema import AuditHead, AuditRecord
+from parley.store.schema import Base
+
+
+class AuditRecord(Base):
+    """One security or admin event (``audit/``): appended, never changed; each chained to
+    the one before by its hash (``audit/chain.py``)."""
+
+    __tablename__ = "audit_records"
+    __table_args__ = (
+        Index("ix_audit_records_actor", "actor_id", "seq"),
+        Index("ix_audit_records_target", "target_id", "seq"),
+        Index("ix_audit_records_at", "at"),
+    )
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[datetime]
+    action: Mapped[str] = mapped_column(String(60))
+    actor_id: Mapped[str | None] = mapped_column(String(40))
+    actor: Mapped[str] = mapped_column(String(320))
+    target_type: Mapped[str | None] = mapped_column(String(40))
+    target_id: Mapped[str | None] = mapped_column(String(80))
+    detail: Mapped[str] = mapped_column(Text)  # JSON
+    address: Mapped[str | None] = mapped_column(String(100))
+    user_agent: Mapped[str | None] = mapped_column(String(300))
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The audit log's one head row: the last seq and hash (appends take it in turn), and
+    the anchor the chain starts from once old records are pruned."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+    anchor_seq: Mapped[int] = mapped_column(Integer)
+    anchor_hash: Mapped[str] = mapped_column(String(64))
+
 
 HEAD_ID = 1
 READ_BATCH = 1000

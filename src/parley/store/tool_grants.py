@@ -6,11 +6,42 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import ForeignKey, String, Text, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.domain import utcnow
-from parley.store.schema import ToolClient, ToolGrant
+from parley.store.schema import Base
+
+
+class ToolClient(Base):
+    """parley as a client of an MCP server's authorization server (``tools/mcp_oauth.py``):
+    what it registered (dynamic client registration), for the redirect address it gave."""
+
+    __tablename__ = "tool_clients"
+
+    server: Mapped[str] = mapped_column(String(40), primary_key=True)
+    redirect_uri: Mapped[str] = mapped_column(Text)
+    # the registration (OAuthClientInformationFull), encrypted: it may hold a client secret
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
+class ToolGrant(Base):
+    """A user's connection to an MCP server that acts as them: their tokens, encrypted
+    (``tools/mcp_oauth.py``); deleted with the user or when they disconnect."""
+
+    __tablename__ = "tool_grants"
+
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    server: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # the tokens (OAuthToken: access, refresh, scope), encrypted
+    sealed: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
 
 async def client(s: AsyncSession, server: str) -> ToolClient | None:

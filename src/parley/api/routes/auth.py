@@ -7,7 +7,7 @@ import math
 
 from fastapi import APIRouter, Response, status
 
-from parley.accounts.service import Login
+from parley.accounts.login import Login
 from parley.api.deps import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -160,6 +160,17 @@ def _budget_out(balance: TokenBalance) -> BudgetOut:
 
 
 def _logged_in(login: Login, response: Response, svc: Services) -> AuthOut:
+    csrf = set_session_cookies(login, response, svc)
+    return AuthOut(
+        token=login.token,
+        csrf_token=csrf,
+        expires_at=login.expires_at,
+        user=UserOut.model_validate(login.user, from_attributes=True),
+    )
+
+
+def set_session_cookies(login: Login, response: Response, svc: Services) -> str:
+    """The session's cookie (HttpOnly) and its CSRF token's (readable); the CSRF token."""
     ttl = svc.settings.accounts.session_ttl_seconds
     secure = bool(svc.settings.http.cookie_secure)
     csrf = svc.accounts.csrf_token(login.session_id)
@@ -175,9 +186,4 @@ def _logged_in(login: Login, response: Response, svc: Services) -> AuthOut:
     response.set_cookie(
         CSRF_COOKIE, csrf, max_age=ttl, path="/", httponly=False, samesite="lax", secure=secure
     )
-    return AuthOut(
-        token=login.token,
-        csrf_token=csrf,
-        expires_at=login.expires_at,
-        user=UserOut.model_validate(login.user, from_attributes=True),
-    )
+    return csrf

@@ -1,7 +1,7 @@
 // Signing up, logging in and out, and the account footer: tier and budget remaining.
 
 import { api, apiGet } from "./api.js";
-import { byId, duration, number } from "./dom.js";
+import { byId, duration, h, number } from "./dom.js";
 
 const REFRESH_SECONDS = 30;
 
@@ -56,10 +56,34 @@ export class AuthForm {
   }
 
   show(notice) {
+    const query = new URLSearchParams(window.location.search);
+    const failed = query.get("sso_error");
+    if (failed) window.history.replaceState(null, "", window.location.pathname);
+    notice = notice || (failed ? `Could not sign you in: ${failed}` : "");
     this.notice.textContent = notice || "";
     this.notice.hidden = !notice;
     this.password.value = "";
     this.email.focus();
+    this.offerProviders();
+  }
+
+  /** The identity providers' buttons; the password form hidden where passwords are off. */
+  async offerProviders() {
+    let options;
+    try {
+      options = await apiGet("/api/auth/providers");
+    } catch {
+      return; // the password form stays
+    }
+    const box = byId("sso");
+    box.replaceChildren(...options.providers.map((p) => h("a", {
+      class: "button sso-button", href: `/api/auth/oidc/${encodeURIComponent(p.name)}/start`,
+    }, `Sign in with ${p.label}`)));
+    box.hidden = options.providers.length === 0;
+    for (const el of [this.email, this.password, this.submitButton, byId("auth-switch").parentElement,
+      ...this.form.querySelectorAll("label")]) {
+      el.hidden = !options.local_passwords;
+    }
   }
 
   async submit() {
