@@ -13,6 +13,7 @@ import pytest
 from parley.api.app import create_app
 from parley.config import load_settings
 from parley.services import build_services
+from tests.builders import sqlite_url
 
 
 def parley(
@@ -211,8 +212,11 @@ def test_the_command_line_loads_no_database_or_model_library_until_a_command_nee
 
 
 def test_roles_and_state_are_set_from_the_cli_and_audit_verify_finds_tampering(
-    database_url: str,
+    tmp_path: Path,
 ) -> None:
+    """On SQLite only (the chain's checks run on both databases in-process:
+    tests/accounts/test_audit.py)."""
+    database_url = sqlite_url(tmp_path)
     db = ["--database-url", database_url]
     r = parley("user", "create", "op@example.com", "--password-stdin", *db, stdin="operator pw 1\n")
     assert r.returncode == 0, r.stderr

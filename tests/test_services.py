@@ -78,8 +78,8 @@ async def test_the_api_shape_builds_everything_but_an_engine(
         for part in parts:
             assert getattr(svc, part) is not None, part
         assert svc.models, "the api process knows the models it may queue runs for"
-        await svc.start()  # the sweeper and exports' upkeep: there is no worker to start
-        assert list(svc.supervisor.watched) == ["sweeper", "exports"]
+        await svc.start()  # the sweeper, exports' and the audit log's upkeep: no worker
+        assert list(svc.supervisor.watched) == ["sweeper", "exports", "audit"]
     finally:
         await svc.close(grace=0)
 

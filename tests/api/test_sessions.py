@@ -125,7 +125,9 @@ async def test_a_user_lists_their_sessions_and_ends_one(client: httpx.AsyncClien
     other = next(s for s in listed if not s["current"])
     for s in listed:
         assert s["object"] == "session"
-        assert set(s) == {"id", "object", "created_at", "last_used_at", "expires_at", "current"}
+        fields = {"id", "object", "created_at", "last_used_at", "expires_at", "current"}
+        assert set(s) == fields | {"user_agent", "address"}
+        assert s["address"] == "127.0.0.1" and s["user_agent"].startswith("python-httpx/")
         lifetime = _when(s["expires_at"]) - _when(s["created_at"])
         assert abs(lifetime - timedelta(days=7)) < timedelta(seconds=5)  # the setting
         assert _when(s["last_used_at"]) >= _when(s["created_at"])

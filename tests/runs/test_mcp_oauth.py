@@ -27,9 +27,14 @@ from tests.runs.test_tool_rounds import _replay
 from tests.tools.notes_process import NotesServer
 
 
-@pytest.fixture(params=[3600, 1], ids=["long-tokens", "expiring-tokens"])
-def notes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NotesServer]:
-    server = NotesServer(tmp_path, request.param)
+@pytest.fixture
+def token_seconds() -> int:
+    return 3600
+
+
+@pytest.fixture
+def notes(token_seconds: int, tmp_path: Path) -> Iterator[NotesServer]:
+    server = NotesServer(tmp_path, token_seconds)
     server.start()
     try:
         yield server
@@ -92,6 +97,7 @@ async def tools_of(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str,
     return {t["name"]: t["connection"] for t in r.json()["data"]}
 
 
+@pytest.mark.parametrize("token_seconds", [3600, 1], ids=["long-tokens", "expiring-tokens"])
 async def test_each_user_connects_and_calls_with_their_own_token(
     run_client: httpx.AsyncClient, run_services: Services, notes: NotesServer
 ) -> None:
