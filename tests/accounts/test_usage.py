@@ -90,3 +90,15 @@ async def test_usage_totals_equal_the_token_counters_after_a_mixed_load(
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert sum(int(row["prompt_tokens"]) for row in rows) == report["prompt_tokens"]
     assert {row["email"] for row in rows} == {"ada@example.com", "bob@example.com"}
+    r = await run_client.get("/api/admin/refused", headers=root)
+    assert r.status_code == 200, r.text
+    (refusal,) = r.json()["data"]  # the refused message, and nothing else
+    assert (refusal["email"], refusal["stage"], refusal["code"]) == (
+        "ada@example.com",
+        "input",
+        "content_blocked",
+    )
+    only_bob = await run_client.get(
+        "/api/admin/refused", params={"email": "bob@example.com"}, headers=root
+    )
+    assert only_bob.json()["data"] == []

@@ -23,12 +23,13 @@ from parley.api.deps import AdminDep, AuditorDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.log import wire
-from parley.domain import UserRole
+from parley.domain import CONTENT_BLOCKED, MODERATION_UNAVAILABLE, UserRole
 from parley.errors import InvalidRequest
 from parley.json_types import Flag
 from parley.services import Services
-from parley.store import audit, usage
+from parley.store import audit, refusals, usage
 from parley.store.schema import User
+from parley.store.users import normalize_email
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 
@@ -259,6 +260,59 @@ async def usage_report(
         data=data,
         prompt_tokens=sum(r.prompt_tokens for r in data),
         completion_tokens=sum(r.completion_tokens for r in data),
+    )
+
+
+class RefusedOut(BaseModel):
+    run_id: str
+    finished_at: datetime | None
+    user_id: str
+    email: str
+    tier: str
+    chat_id: str | None
+    stage: str = Field(description="input: refused before it ran; output: stopped as it streamed.")
+    code: str | None
+    message: str | None
+
+
+class RefusedList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RefusedOut]
+
+
+@router.get("/refused", response_model=RefusedList, responses=errors(*ADMIN, 422))
+async def refused(
+    who: AuditorDep,
+    svc: ServicesDep,
+    email: Annotated[str | None, Query(max_length=320)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> RefusedList:
+    """Runs the content policy refused (or could not judge), newest first, of one user's
+    email if given — what `parley runs refused` lists (each read on the audit log)."""
+    async with svc.db.transaction() as s:
+        rows = await refusals.refused_runs(
+            s,
+            codes=(CONTENT_BLOCKED, MODERATION_UNAVAILABLE),
+            email=normalize_email(email) if email else None,
+            limit=limit,
+        )
+        read = {"what": "refused runs", "email": email}
+        await svc.audit.record_in(s, AuditEvent(AuditAction.ADMIN_READ, actor(who), detail=read))
+    return RefusedList(data=[_refused_out(r) for r in rows])
+
+
+def _refused_out(row: refusals.RefusedRun) -> RefusedOut:
+    run = row.run
+    return RefusedOut(
+        run_id=run.id,
+        finished_at=run.finished_at,
+        user_id=run.user_id,
+        email=row.email,
+        tier=run.tier,
+        chat_id=run.chat_id,
+        stage=row.stage,
+        code=run.error_code,
+        message=run.error_message,
     )
 
 

@@ -104,7 +104,12 @@ SHOWN_TYPES = frozenset(
     response_class=Response,
     responses={
         **errors(*AUTHED, 404, 503),
-        200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
+        200: {
+            "content": {
+                kind: {"schema": {"type": "string"}}
+                for kind in sorted({*SHOWN_TYPES, "application/octet-stream"})
+            }
+        },
     },
 )
 async def download(attachment_id: str, who: PrincipalDep, svc: ServicesDep) -> Response:

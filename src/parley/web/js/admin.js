@@ -42,6 +42,18 @@ class Console {
     });
   }
 
+  async loadRefused() {
+    try {
+      const { data } = await apiGet("/api/admin/refused?limit=50");
+      byId("refused").querySelector("tbody").replaceChildren(...data.map((r) => h("tr", {},
+        h("td", {}, r.finished_at ? new Date(r.finished_at).toLocaleString() : ""),
+        h("td", { dir: "auto" }, r.email), h("td", {}, r.stage),
+        h("td", {}, `${r.code}: ${r.message || ""}`))));
+    } catch (err) {
+      this.notices.error(err, "Could not list refused runs");
+    }
+  }
+
   async loadUsage() {
     const query = new URLSearchParams({ since: byId("usage-since").value, until: byId("usage-until").value });
     byId("usage-csv").href = `/api/admin/usage?${query}&format=csv`;
@@ -69,7 +81,7 @@ class Console {
     this.canChange = me.user.role === "admin";
     this.tiers = Object.keys((await apiGet("/api/admin/tiers")).tiers);
     byId("admin-who").textContent = `${me.user.email} (${me.user.role})`;
-    await Promise.all([this.loadUsers(true), this.loadAudit(true), this.loadUsage()]);
+    await Promise.all([this.loadUsers(true), this.loadAudit(true), this.loadUsage(), this.loadRefused()]);
   }
 
   async loadUsers(fresh) {
