@@ -35,10 +35,10 @@ from parley.audit.actions import Actor
 from parley.audit.log import AuditLog
 from parley.domain import UserRole
 from parley.errors import Conflict, DependencyUnavailable, NotFound, Unauthenticated
+from parley.sealing import Sealer, Unsealable
 from parley.store import identities, users
 from parley.store.database import Database
 from parley.store.schema import User
-from parley.tools.sealing import Sealer, Unsealable
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 LEEWAY_SECONDS = 60

@@ -1,6 +1,6 @@
 """Queries on MCP servers connected with the user's own account: parley's registration
 with each server's authorization server, and each user's tokens (both stored sealed:
-``tools/sealing.py``). Scoped by user first: one user's grant is never read for another."""
+``parley/sealing.py``). Scoped by user first: one user's grant is never read for another."""
 
 from __future__ import annotations
 

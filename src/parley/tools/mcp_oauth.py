@@ -33,6 +33,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from parley.domain import utcnow
 from parley.errors import Conflict, InvalidRequest, NotFound
+from parley.sealing import Sealer, Unsealable
 from parley.store import tool_grants
 from parley.store.database import Database
 from parley.tools.oauth_client import (
@@ -45,7 +46,6 @@ from parley.tools.oauth_client import (
     register,
     token_request,
 )
-from parley.tools.sealing import Sealer, Unsealable
 from parley.tools.settings import McpServerSettings
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,6 @@ back to the app; or back with ``?sso_error=…`` saying why not)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Cookie, Query, Request, status
 from fastapi.responses import RedirectResponse
@@ -13,6 +12,7 @@ from pydantic import BaseModel
 
 from parley.api.deps import ServicesDep
 from parley.api.edge import OFFSITE
+from parley.api.returns import back_to_app, callback_url
 from parley.api.routes import errors
 from parley.api.routes.auth import set_session_cookies
 from parley.errors import ParleyError
@@ -86,12 +86,12 @@ async def callback(
     refused or forged ID token, an altered, old or another browser's state, an email
     that is another account's)."""
     if error is not None or not code:
-        return _back(sso_error=f"the provider did not sign you in: {error or 'no code'}")
+        return back_to_app(sso_error=f"the provider did not sign you in: {error or 'no code'}")
     redirect = _redirect_uri(svc, request, provider)
     try:
         login = await svc.accounts.sso.finish(provider, redirect, code, state, binding)
     except ParleyError as e:
-        return _back(sso_error=str(e))
+        return back_to_app(sso_error=str(e))
     response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
     set_session_cookies(login, response, svc)
     response.delete_cookie(BINDING_COOKIE, path="/api/auth/oidc")
@@ -99,10 +99,4 @@ async def callback(
 
 
 def _redirect_uri(svc: Services, request: Request, provider: str) -> str:
-    public = svc.settings.http.public_url
-    base = public.rstrip("/") if public else str(request.base_url).rstrip("/")
-    return f"{base}/api/auth/oidc/{provider}/callback"
-
-
-def _back(**query: str) -> RedirectResponse:
-    return RedirectResponse(f"/?{urlencode(query)}", status_code=status.HTTP_303_SEE_OTHER)
+    return callback_url(svc, request, f"/api/auth/oidc/{provider}/callback")

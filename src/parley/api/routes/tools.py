@@ -7,13 +7,13 @@ browser to the app; ``DELETE …/connection`` forgets them."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field
 
 from parley.api.deps import PrincipalDep, ServicesDep
+from parley.api.returns import back_to_app, callback_url
 from parley.api.routes import AUTHED, errors
 from parley.errors import ParleyError, Unavailable
 from parley.services import Services
@@ -96,13 +96,13 @@ async def callback(
     user's tokens, then back to the app (``/?connected=<server>``, or ``/?connect_error=…``
     saying why not: refused, an altered, expired or another user's ``state``)."""
     if error is not None or not code:
-        return _back(connect_error=f"the authorization server refused: {error or 'no code'}")
+        return back_to_app(connect_error=f"the authorization server refused: {error or 'no code'}")
     try:
         server = await oauth_of(svc).finish(who.user_id, state, code, iss)
     except ParleyError as e:
-        return _back(connect_error=str(e))
+        return back_to_app(connect_error=str(e))
     toolbox_of(svc).mcp.forget_user(server, who.user_id)
-    return _back(connected=server)
+    return back_to_app(connected=server)
 
 
 @router.delete(
@@ -117,11 +117,4 @@ async def disconnect(server: str, who: PrincipalDep, svc: ServicesDep) -> None:
 
 
 def redirect_uri(svc: Services, request: Request) -> str:
-    """The callback's address as the browser reaches it (``http.public_url`` where set)."""
-    public = svc.settings.http.public_url
-    base = public.rstrip("/") if public else str(request.base_url).rstrip("/")
-    return f"{base}{CALLBACK}"
-
-
-def _back(**query: str) -> RedirectResponse:
-    return RedirectResponse(f"/?{urlencode(query)}", status_code=status.HTTP_303_SEE_OTHER)
+    return callback_url(svc, request, CALLBACK)
