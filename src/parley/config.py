@@ -38,6 +38,7 @@ from parley.parsing.settings import ParsingSettings
 from parley.qos.settings import QosSettings
 from parley.runs.settings import RunSettings
 from parley.safety.settings import SafetySettings, check_tiers
+from parley.scim.settings import ScimSettings
 from parley.settings_aliases import FORMER_NAMES, FlatEnvironment, Renamed
 from parley.settings_file import TomlFileSource
 from parley.store.settings import DatabaseSettings
@@ -97,6 +98,7 @@ class Settings(BaseSettings):
     parsing: ParsingSettings = Field(default_factory=ParsingSettings)  # untrusted files
     tools: ToolSettings = Field(default_factory=ToolSettings)  # what server-side tools may do
     audit: AuditSettings = Field(default_factory=AuditSettings)  # the audit log's retention
+    scim: ScimSettings = Field(default_factory=ScimSettings)  # provisioning by identity providers
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod

@@ -45,6 +45,8 @@ class Management:
         self._db = db
         self._audit = audit
         self._tiers = tiers
+        self.db = db
+        self.audit = audit
         self._forget = forget
 
     async def find(self, query: str | None, limit: int, after: str | None) -> list[User]:
@@ -57,22 +59,50 @@ class Management:
 
     async def change(self, actor: Actor, user_id: str, change: UserChange, rule: str) -> User:
         """The user's tier, role or state changed, each change on the record."""
+        async with self._db.transaction() as s:
+            user = await self.change_in(s, actor, user_id, change, rule)
+        self._forget(user_id)
+        return user
+
+    async def change_in(
+        self,
+        s: AsyncSession,
+        actor: Actor,
+        user_id: str,
+        change: UserChange,
+        rule: str,
+        *,
+        keep_an_admin: bool = True,
+    ) -> User:
+        """``change`` in the caller's transaction (who then calls ``forget``)."""
         if change.tier is not None and change.tier not in self._tiers:
             raise InvalidRequest(
                 f"there is no tier {change.tier!r} (tiers: {', '.join(self._tiers)})",
                 param="tier",
             )
-        async with self._db.transaction() as s:
-            user = await _user(s, user_id)
-            if user.role == UserRole.ADMIN and _demotes(change):
-                await _not_last_admin(s, user)
-            for action, detail in _applied(user, change):
-                await self._record(s, actor, action, user, {**detail, "rule": rule})
-            if change.disabled:
-                await credentials.revoke_sessions(s, user_id=user.id)
-            user.updated_at = utcnow()
-        self._forget(user_id)
+        user = await _user(s, user_id)
+        if keep_an_admin and user.role == UserRole.ADMIN and _demotes(change):
+            await _not_last_admin(s, user)
+        for action, detail in _applied(user, change):
+            await self._record(s, actor, action, user, {**detail, "rule": rule})
+        if change.disabled:
+            await credentials.revoke_sessions(s, user_id=user.id)
+        user.updated_at = utcnow()
         return user
+
+    async def deprovision_in(self, s: AsyncSession, actor: Actor, user_id: str, rule: str) -> None:
+        """An identity provider removed the user: disabled (even the last admin: the CLI
+        makes another), every session and key ended, in the caller's transaction."""
+        user = await self.change_in(
+            s, actor, user_id, UserChange(disabled=True), rule, keep_an_admin=False
+        )
+        revoked = await credentials.revoke_api_keys(s, user_id=user.id)
+        if revoked:
+            await self._record(s, actor, AuditAction.KEYS_REVOKED, user, {"revoked": revoked})
+
+    def forget(self, user_id: str) -> None:
+        """This process's cached credentials of the user dropped (after a commit)."""
+        self._forget(user_id)
 
     async def end_sessions(self, actor: Actor, user_id: str) -> int:
         async with self._db.transaction() as s:

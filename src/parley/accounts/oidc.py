@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -28,12 +28,11 @@ from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError, Miss
 from joserfc.jwk import KeySet
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.accounts.claim_rules import apply_rules
 from parley.accounts.login import Login
-from parley.accounts.management import LastAdmin, Management, UserChange
+from parley.accounts.management import Management
 from parley.accounts.oidc_settings import OidcProvider
-from parley.audit.actions import Actor
 from parley.audit.log import AuditLog
-from parley.domain import UserRole
 from parley.errors import Conflict, DependencyUnavailable, NotFound, Unauthenticated
 from parley.sealing import Sealer, Unsealable
 from parley.store import identities, users
@@ -200,30 +199,12 @@ class OidcSignIn:
     async def _apply_rules(
         self, provider: OidcProvider, user_id: str, claims: dict[str, Any]
     ) -> None:
-        """The provider's rules say the user's tier and role (those it has rules for): the
-        first rule that matches, else the default tier and the user role — so a group taken
-        away at the provider takes its tier or role away at the next sign-in."""
-        tier = next((r for r in provider.rules if r.tier and r.matches(claims)), None)
-        role = next((r for r in provider.rules if r.role and r.matches(claims)), None)
-        has_tiers = any(r.tier for r in provider.rules)
-        has_roles = any(r.role for r in provider.rules)
-        if not (has_tiers or has_roles):
-            return
-        why = "; ".join(f"{r.claim}={r.value}" for r in (tier, role) if r is not None)
-        change = UserChange(
-            tier=(tier.tier if tier else self._tiers[0]) if has_tiers else None,
-            role=(role.role if role else UserRole.USER) if has_roles else None,
-        )
+        """The provider's rules say the user's tier and role, at every sign-in."""
         manage = Management(
             self._db, self._accounts.audit, self._tiers, self._accounts.forget_credentials
         )
-        rule = f"sso:{provider.name}:{why or 'no rule matched'}"
-        actor = Actor(None, f"sso:{provider.name}")
-        try:
-            await manage.change(actor, user_id, change, rule)
-        except LastAdmin:  # signed in still, kept an admin: someone must be able to administer
-            kept = f"{rule} (kept admin: the last one)"
-            await manage.change(actor, user_id, replace(change, role=None), kept)
+        source = f"sso:{provider.name}"
+        await apply_rules(manage, source, user_id, provider.rules, claims, self._tiers[0])
 
     def _provider(self, name: str) -> OidcProvider:
         provider = self._providers.get(name)

@@ -112,6 +112,10 @@ class Accounts:
         await self._record(s, AuditAction.SIGNUP, user, via=provider)
         return user
 
+    async def hash_password(self, password: str) -> str:
+        """A password an identity provider set (SCIM), hashed as a sign-up's is."""
+        return await self._passwords.hash(password)
+
     async def open_sso_session(self, user_id: str, provider: str) -> Login:
         """A session for a user a provider signed in (Unauthenticated if disabled)."""
         async with self._db.transaction() as s:

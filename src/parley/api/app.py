@@ -35,6 +35,7 @@ from parley.api.routes import (
     tools,
 )
 from parley.api.routes.portability import IMPORTS_PATH
+from parley.api.scim import mount_scim
 from parley.api.web import SecurityHeaders, mount_web
 from parley.services import Services
 
@@ -89,6 +90,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
     install_error_handlers(app)
     for router in ROUTERS:  # each request's origin kept for the audit records it makes
         app.include_router(router, dependencies=[Depends(audit_where)])
+    mount_scim(app, services)
     mount_web(app)
     if docs:
         mount_docs(app)

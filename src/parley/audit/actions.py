@@ -23,6 +23,8 @@ class AuditAction(StrEnum):
     USER_DISABLED = "user.disabled"
     USER_ENABLED = "user.enabled"
     USER_CREATED = "user.created"
+    USER_LINKED = "user.linked"  # an identity provider's push took over an existing account
+    EMAIL_CHANGED = "user.email_changed"
     SESSIONS_ENDED = "user.sessions_ended"
     KEYS_REVOKED = "user.keys_revoked"
     SHARE_CREATED = "share.created"
