@@ -53,6 +53,17 @@ from tests.seaweed import S3Server, seaweed
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# The suite signs up and signs in hundreds of users from 127.0.0.1: the proof-of-work those
+# would bring on is tested where a test sets its own thresholds (tests/accounts/
+# test_challenge.py, tests/e2e/test_challenge_ui.py); server processes inherit these too.
+for _name in (
+    "SIGNUP_CHALLENGE_AFTER",
+    "CHALLENGE_AFTER_FAILURES",
+    "CHALLENGE_AFTER_EMAIL_FAILURES",
+    "CHALLENGE_AFTER_ADDRESS_FAILURES",
+):
+    os.environ.setdefault(f"PARLEY_ACCOUNTS__{_name}", "100000")
+
 STACKS = [s for s in ("sqlite-memory", "postgres-redis") if s.split("-")[0] in BACKENDS]
 
 BLOB_KINDS = ("local", "s3")

@@ -29,6 +29,7 @@ PUBLIC = {
     "/api/shared/{token}",
     # signing in with an identity provider: before there is a credential
     "/api/auth/providers",
+    "/api/auth/challenge",
     "/api/auth/oidc/{provider}/start",
     "/api/auth/oidc/{provider}/callback",
 }

@@ -72,6 +72,20 @@ async def test_keys_are_apart_and_forgetting_clears_one(bus: Bus) -> None:
     assert not (await bus.attempt("b", SLOW)).allowed
 
 
+async def test_reading_a_count_records_nothing_and_sees_forgetting_and_lifetime(bus: Bus) -> None:
+    brief = Backoff(free=5, max_delay=0.2, forget_after=0.3)
+    assert await bus.attempts("k") == 0
+    for _ in range(3):
+        await bus.attempt("k", brief)
+    assert await bus.attempts("k") == await bus.attempts("k") == 3
+    await bus.forget_attempts("k")
+    assert await bus.attempts("k") == 0
+    await bus.attempt("k", brief)
+    assert await bus.attempts("k") == 1
+    await asyncio.sleep(0.45)
+    assert await bus.attempts("k") == 0
+
+
 async def test_a_record_is_forgotten_after_its_lifetime(bus: Bus) -> None:
     brief = Backoff(free=1, max_delay=0.2, forget_after=0.3)
     await bus.attempt("k", brief)

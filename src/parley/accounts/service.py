@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts import tokens
+from parley.accounts.challenge import ProofOfWork
 from parley.accounts.credential_cache import CredentialCache
 from parley.accounts.login import Login
 from parley.accounts.oidc import OidcSignIn
@@ -87,6 +88,12 @@ class Accounts:
         self._throttles = throttles
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
         self._cache = CredentialCache(settings.auth_cache_seconds)
+        self.proof = ProofOfWork(
+            secret_key,
+            throttles.bus,
+            max_number=settings.challenge_max_number,
+            seconds=settings.challenge_seconds,
+        )
 
     @property
     def sso(self) -> OidcSignIn:
@@ -132,9 +139,14 @@ class Accounts:
                 code="passwords_off",
             )
 
-    async def signup(self, email: str, password: str, client: str | None = None) -> Login:
+    async def signup(
+        self, email: str, password: str, client: str | None = None, altcha: str | None = None
+    ) -> Login:
+        """``altcha``: a solved proof-of-work, needed past a few sign-ups from ``client``."""
         self.check_local_passwords()
         check_password(password, email=email)  # refusals cost no sign-up attempt
+        if await self._throttles.signup_challenged(client):
+            await self.proof.check(altcha)
         await self._throttles.before_signup(client)
         password_hash = await self._passwords.hash(password)
         async with self._db.transaction() as s:
@@ -144,8 +156,13 @@ class Accounts:
             await self._record(s, AuditAction.SIGNUP, user)
             return await self._open_session(s, user)
 
-    async def login(self, email: str, password: str, client: str | None) -> Login:
+    async def login(
+        self, email: str, password: str, client: str | None, altcha: str | None = None
+    ) -> Login:
+        """``altcha``: a solved proof-of-work, needed past a few failures (``throttle``)."""
         self.check_local_passwords()
+        if await self._throttles.login_challenged(email, client):
+            await self.proof.check(altcha)
         await self._throttles.before_password_check(email, client)
         async with self._db.transaction() as s:
             user = await users.find_user_by_email(s, email)
@@ -165,6 +182,7 @@ class Accounts:
                         await users.set_password_hash(s, user, new_hash)
                     await self._record(s, AuditAction.LOGIN, user)
                     return await self._open_session(s, user)
+        await self._throttles.login_failed(client)
         await self._refused(email, user, "wrong password" if user else "no such account")
         raise Unauthenticated("email or password is wrong", code="invalid_login")
 

@@ -51,6 +51,32 @@ class AccountSettings(BaseModel):
     signup_free_attempts_per_address: int = Field(
         default=20, ge=1, description="Sign-ups from one address per window before 429."
     )
+    challenge_after_failures: int = Field(
+        default=3,
+        ge=0,
+        description="Failures for one (email, address) before a sign-in "
+        "needs a proof-of-work (0: always).",
+    )
+    challenge_after_email_failures: int = Field(
+        default=10, ge=0, description="Failures for one email, any address, before it does."
+    )
+    challenge_after_address_failures: int = Field(
+        default=10, ge=0, description="Failures from one address, any email, before it does."
+    )
+    signup_challenge_after: int = Field(
+        default=3,
+        ge=0,
+        description="Sign-ups from one address a window before the next needs a proof-of-work.",
+    )
+    challenge_max_number: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="The proof-of-work's difficulty: the browser tries about half as many hashes.",
+    )
+    challenge_seconds: int = Field(
+        default=300, ge=10, description="How long a proof-of-work challenge may be solved in."
+    )
     signup_window_seconds: int = Field(
         default=3600, gt=0, description="The window sign-ups are counted in."
     )

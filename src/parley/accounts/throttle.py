@@ -10,6 +10,11 @@ usual: that slows a guesser spread over many addresses and never refuses the rig
 password. A success forgets both records. Attempts are recorded before the password is
 checked, atomically, so concurrent guesses cannot all pass one check.
 
+Past a few failures (``challenge_after_failures`` for the pair, ``…_email_failures`` for
+the email, ``…_address_failures`` for the address whatever the email: credential stuffing)
+a sign-in needs a solved proof-of-work (``accounts/challenge.py``) before its password is
+even counted; so does a sign-up past ``signup_challenge_after`` from one address.
+
 Sign-ups count by client address (``signup_free_attempts_per_address`` a window, then the
 same doubling up to the window): an answer of "this email is taken" is the price of a clear
 sign-up, and this bounds how many addresses one client can test.
@@ -47,6 +52,31 @@ class AccountThrottles:
             settings.signup_window_seconds,
             settings.signup_window_seconds,
         )
+        self._settings = settings
+        # failures from an address, only counted (never refused: a NAT hides many users)
+        self._address = Backoff(10**9, 1, window)
+
+    @property
+    def bus(self) -> AttemptThrottles:
+        return self._bus
+
+    async def login_challenged(self, email: str, address: str | None) -> bool:
+        """Whether a sign-in for ``email`` from ``address`` needs a proof-of-work first."""
+        limits = self._settings
+        return (
+            await self._bus.attempts(_pair_key(email, address)) >= limits.challenge_after_failures
+            or await self._bus.attempts(_email_key(email)) >= limits.challenge_after_email_failures
+            or await self._bus.attempts(_address_key(address))
+            >= limits.challenge_after_address_failures
+        )
+
+    async def login_failed(self, address: str | None) -> None:
+        """A failed sign-in from ``address`` (whatever its email), counted."""
+        await self._bus.attempt(_address_key(address), self._address, refuse=False)
+
+    async def signup_challenged(self, address: str | None) -> bool:
+        found = await self._bus.attempts(_signup_key(address))
+        return found >= self._settings.signup_challenge_after
 
     async def before_password_check(self, email: str, address: str | None) -> None:
         """Count a password guess for ``email`` from ``address``: RateLimited when that pair
@@ -69,7 +99,7 @@ class AccountThrottles:
 
     async def before_signup(self, address: str | None) -> None:
         """Count a sign-up from ``address``; RateLimited past the allowance."""
-        attempt = await self._bus.attempt(f"signup\x1f{address or UNKNOWN_ADDRESS}", self._signup)
+        attempt = await self._bus.attempt(_signup_key(address), self._signup)
         if not attempt.allowed:
             raise RateLimited(
                 "too many sign-ups from this address; try again later",
@@ -80,6 +110,14 @@ class AccountThrottles:
 
 def _pair_key(email: str, address: str | None) -> str:
     return f"login\x1f{email.strip().lower()}\x1f{address or UNKNOWN_ADDRESS}"
+
+
+def _address_key(address: str | None) -> str:
+    return f"login-address\x1f{address or UNKNOWN_ADDRESS}"
+
+
+def _signup_key(address: str | None) -> str:
+    return f"signup\x1f{address or UNKNOWN_ADDRESS}"
 
 
 def _email_key(email: str) -> str:

@@ -50,14 +50,36 @@ class ErrorBody(BaseModel):
 # --- accounts -----------------------------------------------------------------------------
 
 
+ALTCHA = Field(
+    default=None,
+    max_length=4000,
+    description="A solved proof-of-work (`GET /api/auth/challenge`), base64 of its JSON; "
+    "needed only after 403 `challenge_required`.",
+)
+
+
 class Credentials(Strict):
     email: Annotated[EmailStr, Field(max_length=320)]
     password: Annotated[Text, Field(min_length=8, max_length=1024)]
+    altcha: str | None = ALTCHA
 
 
 class LoginRequest(Strict):
     email: Annotated[Text, Field(min_length=1, max_length=320)]
     password: Annotated[Text, Field(min_length=1, max_length=1024)]
+    altcha: str | None = ALTCHA
+
+
+class ChallengeOut(BaseModel):
+    """ALTCHA's challenge: find `number` in [0, `maxnumber`] with SHA-256(`salt` + `number`)
+    = `challenge` (hex), then send base64 of `{algorithm, challenge, number, salt,
+    signature}` as `altcha`."""
+
+    algorithm: str
+    challenge: str
+    maxnumber: int
+    salt: str
+    signature: str
 
 
 class UserOut(BaseModel):

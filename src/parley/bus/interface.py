@@ -325,10 +325,8 @@ class TokenBudgets(Protocol):
     async def reserve_tokens(
         self, user_id: str, amount: int, bucket: TokenBucket
     ) -> TokenReservation:
-        """Take ``amount`` tokens if the balance covers it, else take nothing.
-
-        An amount above the bucket's capacity is never granted: callers cap it.
-        """
+        """Take ``amount`` tokens if the balance covers it, else take nothing (an amount
+        above the bucket's capacity is never granted: callers cap it)."""
 
     async def settle_tokens(
         self, user_id: str, reserved: int, used: int, bucket: TokenBucket
@@ -344,13 +342,15 @@ class AttemptThrottles(Protocol):
     """The bus's section for attempt throttles (logins, sign-ups), by an opaque key."""
 
     async def attempt(self, key: str, backoff: Backoff, *, refuse: bool = True) -> Attempt:
-        """Record an attempt at ``key`` if ``backoff`` lets one come now, atomically (so a
-        burst of concurrent attempts cannot all pass one check). One that comes too early is
-        refused and not recorded; with ``refuse=False`` it is recorded all the same, as made
-        when it may go ahead (the caller holds it for ``wait`` instead)."""
+        """Record an attempt at ``key`` if ``backoff`` lets one come now, atomically (a burst
+        cannot all pass one check); one too early is refused, unrecorded — with ``refuse=False``
+        recorded all the same, as made when it may go ahead (the caller holds it ``wait``)."""
 
     async def forget_attempts(self, key: str) -> None:
         """Drop ``key``'s record (after a success)."""
+
+    async def attempts(self, key: str) -> int:
+        """How many attempts ``key``'s live record holds (0: none); records nothing."""
 
 
 class WriteMarks(Protocol):

@@ -4,6 +4,7 @@ user's sessions, who am I."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 from fastapi import APIRouter, Response, status
 
@@ -20,6 +21,7 @@ from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     AuthOut,
     BudgetOut,
+    ChallengeOut,
     Credentials,
     Deleted,
     LoginRequest,
@@ -43,25 +45,35 @@ router = APIRouter(prefix="/api", tags=["accounts"])
     "/auth/signup",
     status_code=status.HTTP_201_CREATED,
     response_model=AuthOut,
-    responses=errors(*BODY, 409, 429),
+    responses=errors(*BODY, 403, 409, 429),
 )
 async def signup(
     body: Credentials, response: Response, svc: ServicesDep, client: ClientAddressDep
 ) -> AuthOut:
     """Create an account on the default tier and log it in. The password must not be a
     common one, the email or blank (422 `weak_password`); sign-ups from one address are
-    limited (429 `too_many_signups`)."""
-    login = await svc.accounts.signup(body.email, body.password, client)
+    limited (429 `too_many_signups`), and past a few need a solved proof-of-work (403
+    `challenge_required`: send `altcha`)."""
+    login = await svc.accounts.signup(body.email, body.password, client, body.altcha)
     return _logged_in(login, response, svc)
 
 
-@router.post("/auth/login", response_model=AuthOut, responses=errors(*BODY, 401, 429))
+@router.post("/auth/login", response_model=AuthOut, responses=errors(*BODY, 401, 403, 429))
 async def login(
     body: LoginRequest, response: Response, svc: ServicesDep, client: ClientAddressDep
 ) -> AuthOut:
-    """Log in: returns the token and sets it as an HttpOnly cookie."""
-    result = await svc.accounts.login(body.email, body.password, client)
+    """Log in: returns the token and sets it as an HttpOnly cookie. After a few failures
+    (for the account, or from the address) it first needs a solved proof-of-work (403
+    `challenge_required`: send `altcha`)."""
+    result = await svc.accounts.login(body.email, body.password, client, body.altcha)
     return _logged_in(result, response, svc)
+
+
+@router.get("/auth/challenge", response_model=ChallengeOut, responses=errors())
+async def challenge(svc: ServicesDep) -> ChallengeOut:
+    """A proof-of-work challenge (ALTCHA's scheme), for a sign-in or sign-up that answered
+    403 `challenge_required`; solvable for `accounts.challenge_seconds`, once."""
+    return ChallengeOut(**asdict(svc.accounts.proof.issue()))
 
 
 @router.post("/auth/logout", status_code=status.HTTP_204_NO_CONTENT, responses=errors(400, *AUTHED))

@@ -30,6 +30,10 @@ class _ThrottleOps(_MemoryOps):
     async def forget_attempts(self, key: str) -> None:
         self._attempts.pop(key, None)
 
+    async def attempts(self, key: str) -> int:
+        record = self._live_record(key, self._clock())
+        return 0 if record is None else record[0]
+
     def _live_record(self, key: str, now: float) -> tuple[int, float, float] | None:
         record = self._attempts.get(key)
         if record is not None and record[2] <= now:

@@ -64,3 +64,7 @@ class _ThrottleOps(_RedisOps):
 
     async def forget_attempts(self, key: str) -> None:
         await self._redis.delete(self._throttle_key(key))
+
+    async def attempts(self, key: str) -> int:
+        found = await self._redis.hget(self._throttle_key(key), "n")
+        return 0 if found is None else int(_text(found))

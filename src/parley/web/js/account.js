@@ -1,6 +1,7 @@
 // Signing up, logging in and out, and the account footer: tier and budget remaining.
 
 import { api, apiGet } from "./api.js";
+import { solveChallenge } from "./challenge.js";
 import { byId, duration, h, number } from "./dom.js";
 
 const REFRESH_SECONDS = 30;
@@ -100,7 +101,7 @@ export class AuthForm {
     this.error.textContent = "";
     this.submitButton.disabled = true;
     try {
-      await api("POST", MODES[this.mode].path, { json: { email, password } });
+      await this.send({ email, password });
       this.password.value = "";
       this.notice.hidden = true;
       await this.onLoggedIn();
@@ -108,6 +109,20 @@ export class AuthForm {
       this.error.textContent = authMessage(err);
     } finally {
       this.submitButton.disabled = false;
+    }
+  }
+
+  /** Sent; after repeated failures the server first wants a proof-of-work: solved here. */
+  async send(json) {
+    const path = MODES[this.mode].path;
+    try {
+      await api("POST", path, { json });
+    } catch (err) {
+      if (err.code !== "challenge_required" || json.altcha) throw err;
+      this.error.textContent = "Checking this is not a bot…";
+      const altcha = await solveChallenge();
+      this.error.textContent = "";
+      await api("POST", path, { json: { ...json, altcha } });
     }
   }
 }
