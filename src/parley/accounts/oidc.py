@@ -29,9 +29,10 @@ from joserfc.jwk import KeySet
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.claim_rules import apply_rules
+from parley.accounts.github import github_claims, github_metadata
 from parley.accounts.login import Login
 from parley.accounts.management import Management
-from parley.accounts.oidc_settings import OidcProvider
+from parley.accounts.oidc_settings import OidcProvider, ProviderKind
 from parley.audit.log import AuditLog
 from parley.errors import Conflict, DependencyUnavailable, NotFound, Unauthenticated
 from parley.sealing import Sealer, Unsealable
@@ -135,10 +136,21 @@ class OidcSignIn:
                 )
             except Exception as e:  # refused, or not a token
                 raise SignInRefused(f"the provider refused the code: {e}") from None
+        if provider.kind is ProviderKind.GITHUB:
+            return await self._github(provider, token)
         id_token = token.get("id_token")
         if not isinstance(id_token, str):
             raise SignInRefused("the provider gave no ID token")
         return await self.validated(provider, id_token, flow["n"])
+
+    async def _github(self, provider: OidcProvider, token: dict[str, Any]) -> dict[str, Any]:
+        access = token.get("access_token")
+        if not isinstance(access, str):
+            raise SignInRefused("GitHub gave no access token")
+        try:
+            return await github_claims(provider, access)
+        except (httpx.HTTPError, ValueError) as e:
+            raise ProviderDown(f"{provider.name}'s API did not answer: {type(e).__name__}") from e
 
     async def validated(
         self, provider: OidcProvider, id_token: str, nonce: str, now: int | None = None
@@ -187,6 +199,8 @@ class OidcSignIn:
                 return found
             if not isinstance(email, str) or not email:
                 raise SignInRefused("the provider did not say the account's email")
+            if provider.kind is ProviderKind.GITHUB and not verified:  # GitHub always says
+                raise SignInRefused("GitHub has not verified the account's primary email")
             existing = await users.find_user_by_email(s, email)
             if existing is not None and not (provider.link_verified_email and verified):
                 raise EmailTaken(
@@ -220,11 +234,17 @@ class OidcSignIn:
             scope=provider.scope,
             redirect_uri=redirect_uri,
             code_challenge_method="S256",
+            # GitHub reads the client's secret from the form
+            token_endpoint_auth_method=(
+                "client_secret_post" if provider.kind is ProviderKind.GITHUB else None
+            ),
             timeout=10,
         )
 
     async def _discover(self, provider: OidcProvider) -> dict[str, Any]:
         found = self._metadata.get(provider.name)
+        if found is None and provider.kind is ProviderKind.GITHUB:
+            found = self._metadata[provider.name] = github_metadata(provider)
         if found is None:
             where = provider.issuer.rstrip("/") + "/.well-known/openid-configuration"
             found = await self._get(provider, where)

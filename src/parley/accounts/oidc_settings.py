@@ -3,7 +3,9 @@ map their claims to a tier and a role at every sign-in."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+from enum import StrEnum
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from parley.domain import UserRole
 
@@ -26,15 +28,39 @@ class ClaimRule(BaseModel):
         return found is not None and str(found) == self.value
 
 
+class ProviderKind(StrEnum):
+    OIDC = "oidc"  # OpenID Connect: discovery, an ID token
+    GITHUB = "github"  # GitHub's plain OAuth 2.0: the user and their emails from its API
+
+
+OIDC_SCOPE = "openid email profile"
+GITHUB_SCOPE = "read:user user:email"
+
+
 class OidcProvider(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$", description="In the sign-in URL.")
     label: str = Field(default="", max_length=60, description="The button's text.")
-    issuer: str = Field(pattern=r"^https?://\S+$", description="Its discovery is read from here.")
+    kind: ProviderKind = ProviderKind.OIDC
+    issuer: str = Field(
+        pattern=r"^https?://\S+$",
+        description="OpenID Connect: its discovery is read from here; GitHub: its site "
+        "(`https://github.com`, or a GitHub Enterprise Server's).",
+    )
+    api_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://\S+$",
+        description="GitHub's API (default `https://api.github.com` for github.com, else "
+        "`<issuer>/api/v3`).",
+    )
     client_id: str
     client_secret: SecretStr | None = None
-    scope: str = "openid email profile"
+    scope: str = Field(
+        default=OIDC_SCOPE,
+        description=f"Default `{OIDC_SCOPE}`; GitHub's `{GITHUB_SCOPE}` (add `read:org` for "
+        "rules on `orgs`).",
+    )
     link_verified_email: bool = Field(
         default=False,
         description="A first sign-in whose verified email is an existing account's signs in "
@@ -42,3 +68,14 @@ class OidcProvider(BaseModel):
     )
     rules: list[ClaimRule] = Field(default_factory=list)
     state_seconds: float = Field(default=600, gt=0, description="Time to finish signing in.")
+
+    @model_validator(mode="after")
+    def _github_defaults(self) -> OidcProvider:
+        if self.kind is ProviderKind.GITHUB:
+            if self.scope == OIDC_SCOPE:
+                self.scope = GITHUB_SCOPE
+            if self.api_url is None:
+                site = self.issuer.rstrip("/")
+                github = site in ("https://github.com", "https://www.github.com")
+                self.api_url = "https://api.github.com" if github else f"{site}/api/v3"
+        return self
