@@ -57,7 +57,16 @@ POSTGRES_URL = _per_worker(
 REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BACKENDS = os.environ.get("PARLEY_TEST_BACKENDS", "sqlite,postgres").split(",")
 BUS_BACKENDS = os.environ.get("PARLEY_TEST_BUSES", "memory,redis").split(",")
-TABLES = ("runs", "messages", "chats", "api_keys", "sessions", "users", "audit_records")
+TABLES = (
+    "runs",
+    "messages",
+    "chats",
+    "api_keys",
+    "sessions",
+    "users",
+    "audit_records",
+    "engine_reports",
+)
 
 
 def fast_passwords() -> Passwords:

@@ -32,6 +32,7 @@ from parley.engines.registry import (
     configured_models,
     engine_capacity,
 )
+from parley.engines.reports import reporter
 from parley.errors import ConfigurationError
 from parley.observability.metrics import Metrics, build_metrics
 from parley.parsing.pool import ParsePool
@@ -96,17 +97,16 @@ class Services:
         keep("sweeper", self.sweeper.run_forever)
         keep("exports", self.exports.maintain_forever)
         keep("audit", self.audit.prune_forever)
-        if self.engine is not None:
-            await self.engine.start()
-            engine = self.engine
-            interval = self.settings.observability.metrics_sample_seconds
-            keep("metrics", lambda: self.metrics.sample_forever(engine, interval))
+        if (engine := self.engine) is not None:
+            await engine.start()
+            every = self.settings.observability.metrics_sample_seconds
+            keep("metrics", lambda: self.metrics.sample_forever(engine, every))
+            keep("reports", reporter(self.db, self.worker, engine, self.models, every))
             self.supervisor.watch_engine(engine)
         if self.worker is not None:
             keep("worker", self.worker.run_forever)
-            if self.settings.archive.periodic:
-                archiver, archive = self.archiver, self.settings.archive
-                keep("archive", lambda: archive_forever(archiver, archive))
+            if (archive := self.settings.archive).periodic:
+                keep("archive", lambda: archive_forever(self.archiver, archive))
 
     async def check_blobs(self) -> None:
         """Bad blob store settings (credentials, bucket) stop the process at start-up."""

@@ -1,6 +1,7 @@
 """The admin console in a real headless Chromium (issue 44): an admin (made by the CLI)
 finds a user, moves them to another tier and disables them (their session then refused),
-sees each change on the audit log with who made it, and verifies the chain; an auditor
+sees each change on the audit log with who made it, verifies the chain and sees the
+models panel; an auditor
 sees everything and can change nothing; a user is sent back to the app."""
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def test_an_admin_changes_a_user_and_sees_it_on_the_audit_log(
     expect(page.locator("#audit-status")).to_have_text(
         "The chain holds: every record as written, none missing or moved."
     )
+    # the models panel: the built-in fake engine, reported by the server's own worker
+    models = page.locator("#models tbody tr")
+    expect(models.first).to_contain_text("parley-fake")
+    expect(models.first).to_contain_text("ready")
+    expect(models.first).to_contain_text("built in")
     page.get_by_role("button", name="Show usage").click()
     expect(page.locator("#usage-total")).to_contain_text("prompt and")
     shot(page, "admin-console")

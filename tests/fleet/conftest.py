@@ -63,8 +63,10 @@ def fleet(tmp_path: Path) -> Fleet:
         extra_models: list[dict[str, Any]] | None = None,
         upstream_model: str = "parley-fake",
         embedding_models: list[dict[str, Any]] | None = None,
+        more: dict[str, Any] | None = None,
         **upstream: Any,
     ) -> AsyncIterator[Front]:
+        """``more``: other settings of parley's."""
         url = sqlite_url(tmp_path)
         await migrate(url)
         replicas = [
@@ -90,6 +92,7 @@ def fleet(tmp_path: Path) -> Fleet:
             lease_seconds=5,
             sweep_interval_seconds=0.5,
             tiers=ROOMY_TIERS,
+            **(more or {}),
         )
         services = services_for(settings, worker=True)
         await services.start()

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 import parley.store.audit
 import parley.store.embeddings
+import parley.store.engine_reports
 import parley.store.identities
 import parley.store.scim
 import parley.store.tool_grants  # noqa: F401  (tool_clients, tool_grants)

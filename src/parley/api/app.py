@@ -16,6 +16,7 @@ from parley.api.hsts import install_hsts
 from parley.api.limits import BodyLimit
 from parley.api.routes import (
     admin,
+    admin_models,
     attachments,
     auth,
     branches,
@@ -60,6 +61,7 @@ ROUTERS = tuple(
         search,
         tools,
         admin,
+        admin_models,
         sso,
     )
 )

@@ -11,8 +11,10 @@ const ACTIONS = [
   "session.logout_everywhere", "session.ended", "account.password_changed", "account.deleted",
   "api_key.created", "api_key.revoked", "user.created", "user.tier_changed", "user.role_changed",
   "user.disabled", "user.enabled", "user.sessions_ended", "user.keys_revoked", "share.created",
-  "share.revoked", "export.downloaded",
+  "share.revoked", "export.downloaded", "user.linked", "user.email_changed", "admin.read",
+  "audit.pruned",
 ];
+const MODELS_REFRESH_MS = 10_000;
 const ROLES = ["user", "auditor", "admin"];
 
 class Console {
@@ -40,6 +42,17 @@ class Console {
       e.preventDefault();
       this.loadUsage();
     });
+  }
+
+  /** Each model's load, and per worker its engine and a fleet's replicas with their health. */
+  async loadModels() {
+    try {
+      const { data } = await apiGet("/api/admin/models");
+      byId("models").querySelector("tbody").replaceChildren(...data.flatMap(modelRows));
+      byId("models-status").textContent = `as of ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      this.notices.error(err, "Could not read the models");
+    }
   }
 
   async loadRefused() {
@@ -81,7 +94,10 @@ class Console {
     this.canChange = me.user.role === "admin";
     this.tiers = Object.keys((await apiGet("/api/admin/tiers")).tiers);
     byId("admin-who").textContent = `${me.user.email} (${me.user.role})`;
-    await Promise.all([this.loadUsers(true), this.loadAudit(true), this.loadUsage(), this.loadRefused()]);
+    byId("models-refresh").addEventListener("click", () => this.loadModels());
+    setInterval(() => this.loadModels(), MODELS_REFRESH_MS);
+    await Promise.all([this.loadUsers(true), this.loadAudit(true), this.loadUsage(), this.loadRefused(),
+      this.loadModels()]);
   }
 
   async loadUsers(fresh) {
@@ -174,6 +190,28 @@ class Console {
       this.notices.error(err, "Could not verify the audit log");
     }
   }
+}
+
+/** One row per replica (a row per engine when it has none; one for a model none reports). */
+function modelRows(m) {
+  const load = `${m.in_flight} in flight, ${m.slots} slots (${Math.round(m.load * 100)}%)`;
+  const rows = [];
+  for (const e of m.engines) {
+    const engine = `${e.state}${e.stale ? " (stale)" : ""}${e.kv_blocks ? `, KV ${e.kv_blocks_used}/${e.kv_blocks}` : ""}`;
+    const replicas = e.replicas.length ? e.replicas : [null];
+    for (const r of replicas) {
+      rows.push(h("tr", { class: r && !r.healthy ? "unhealthy" : "" },
+        h("td", {}, m.model), h("td", {}, load), h("td", {}, e.worker_id), h("td", {}, engine),
+        h("td", {}, r ? r.url : "built in"), h("td", {}, r ? (r.healthy ? "healthy" : "down") : e.state),
+        h("td", {}, r ? String(r.in_flight) : String(e.batch_sequences)),
+        h("td", {}, r ? String(r.served) : "")));
+    }
+  }
+  if (!rows.length) {
+    rows.push(h("tr", {}, h("td", {}, m.model), h("td", {}, load),
+      h("td", { colspan: "6" }, "no worker has reported it")));
+  }
+  return rows;
 }
 
 new Console().start();
