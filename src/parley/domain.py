@@ -119,6 +119,14 @@ class KeyScope(StrEnum):
 LEGACY_SCOPES = frozenset(s.value for s in KeyScope if s is not KeyScope.ADMIN)
 
 
+class Theme(StrEnum):
+    """How the web client looks for a user: as their system says, or always light or dark."""
+
+    SYSTEM = "system"
+    LIGHT = "light"
+    DARK = "dark"
+
+
 class UserRole(StrEnum):
     """What a user may do beyond their own data: an auditor reads the admin console, an
     admin also changes it."""

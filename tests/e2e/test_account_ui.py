@@ -55,3 +55,35 @@ def test_the_account_page_manages_sessions_keys_and_the_password(
     page.get_by_role("button", name="Revoke").click()
     expect(page.locator("#keys tbody tr")).to_have_count(0)
     assert httpx.get(f"{server.url}/api/chats", headers=key).status_code == 401
+
+
+def background(page: Page) -> str:
+    return str(page.evaluate("getComputedStyle(document.documentElement).backgroundColor"))
+
+
+def test_the_theme_chosen_on_the_account_page_follows_the_user_to_another_browser(
+    context: BrowserContext, page: Page, server: Server
+) -> None:
+    email = server.new_email()
+    api = log_in(context, server, email)
+    page.emulate_media(color_scheme="light")
+    page.goto(f"{server.url}/account")
+    light = background(page)
+    page.get_by_label("Theme").select_option("dark")
+    expect(page.locator("#theme-status")).to_have_text("Saved for every device.")
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    assert background(page) != light
+    shot(page, "account-dark")
+    assert api.get("/api/me")["user"]["theme"] == "dark"
+
+    fresh = context.browser.new_context()  # type: ignore[union-attr]  # no local memory of it
+    r = fresh.request.post(
+        f"{server.url}/api/auth/login", data={"email": email, "password": PASSWORD}
+    )
+    assert r.status == 200, r.text()
+    other = fresh.new_page()
+    other.emulate_media(color_scheme="light")
+    other.goto(server.url)
+    expect(other.locator("html")).to_have_attribute("data-theme", "dark")
+    assert background(other) != light
+    fresh.close()

@@ -22,7 +22,7 @@ from parley.accounts.throttle import AccountThrottles
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.context import here
 from parley.audit.log import AuditLog
-from parley.domain import LEGACY_SCOPES, CredentialKind, UserRole, is_id, utcnow
+from parley.domain import LEGACY_SCOPES, CredentialKind, Theme, UserRole, is_id, utcnow
 from parley.errors import (
     InvalidRequest,
     PermissionDenied,
@@ -324,9 +324,12 @@ class Accounts:
             **_limits(credential),
         )
 
-    async def me(self, principal: Principal) -> User:
+    async def me(self, principal: Principal, theme: Theme | None = None) -> User:
+        """The user's row (``theme``: their preference changed first)."""
         async with self._db.transaction() as s:
             user = await users.get_user(s, principal.user_id)
+            if user is not None and theme is not None:
+                user.theme, user.updated_at = theme.value, utcnow()
         if user is None:
             raise Unauthenticated("the account no longer exists", code="invalid_token")
         return user

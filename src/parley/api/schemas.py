@@ -7,7 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
-from parley.domain import LEGACY_SCOPES, ExportStatus, KeyScope, MessageRole, MessageStatus
+from parley.domain import (
+    LEGACY_SCOPES,
+    ExportStatus,
+    KeyScope,
+    MessageRole,
+    MessageStatus,
+    Theme,
+)
 from parley.engines.settings import EngineKind
 
 
@@ -88,7 +95,12 @@ class UserOut(BaseModel):
     email: str
     tier: str
     role: str = Field("user", description="user, auditor (reads the admin console) or admin.")
+    theme: Theme = Field(Theme.SYSTEM, description="How the web client looks for them.")
     created_at: datetime
+
+
+class Preferences(Strict):
+    theme: Theme
 
 
 class AuthOut(BaseModel):

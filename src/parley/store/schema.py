@@ -102,6 +102,8 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(20), default="user", server_default="user")
     # set: the user cannot sign in, and their sessions and keys stop at once
     disabled_at: Mapped[datetime | None]
+    # a ``domain.Theme``: how the web client looks for them, on every device
+    theme: Mapped[str] = mapped_column(String(10), default="system", server_default="system")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

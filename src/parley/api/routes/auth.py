@@ -28,6 +28,7 @@ from parley.api.schemas import (
     MeOut,
     PasswordChange,
     PasswordChanged,
+    Preferences,
     SessionList,
     SessionOut,
     SessionsEnded,
@@ -160,6 +161,13 @@ async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
         budget=budget,
         credential=who.kind.value,
     )
+
+
+@router.patch("/me", response_model=UserOut, responses=errors(*AUTHED, *BODY))
+async def preferences(body: Preferences, who: SessionPrincipalDep, svc: ServicesDep) -> UserOut:
+    """The user's preferences: `theme` (`system`, `light` or `dark`), for every device."""
+    user = await svc.accounts.me(who, theme=body.theme)
+    return UserOut.model_validate(user, from_attributes=True)
 
 
 def _budget_out(balance: TokenBalance) -> BudgetOut:

@@ -1,9 +1,9 @@
 // The account page (/account): change the password (the other sessions end), the
-// sessions with their device and address (end one, or all), and API keys (made with
-// scopes and an end, the secret shown once; revoked).
+// sessions with their device and address (end one, or all), API keys (made with scopes
+// and an end, the secret shown once; revoked), and the theme (kept on the server).
 
 import { api, apiGet } from "./api.js";
-import { byId, h } from "./dom.js";
+import { applyTheme, byId, h } from "./dom.js";
 import { Notices } from "./notices.js";
 
 const when = (t) => (t ? new Date(t).toLocaleString() : "never");
@@ -24,12 +24,25 @@ class AccountPage {
     byId("password-form").addEventListener("submit", (e) => this.changePassword(e));
     byId("logout-all").addEventListener("click", () => this.logoutAll());
     byId("key-form").addEventListener("submit", (e) => this.createKey(e));
+    byId("theme").addEventListener("change", (e) => this.setTheme(e.target.value));
+  }
+
+  async setTheme(theme) {
+    try {
+      const user = await api("PATCH", "/api/me", { json: { theme } });
+      applyTheme(user.theme);
+      byId("theme-status").textContent = "Saved for every device.";
+    } catch (err) {
+      this.notices.error(err, "Could not change the theme");
+    }
   }
 
   async start() {
     try {
       const me = await apiGet("/api/me");
       byId("me").textContent = me.user.email;
+      applyTheme(me.user.theme);
+      byId("theme").value = me.user.theme;
     } catch (err) {
       return this.notices.error(err);
     }

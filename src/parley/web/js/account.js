@@ -2,7 +2,7 @@
 
 import { api, apiGet } from "./api.js";
 import { solveChallenge } from "./challenge.js";
-import { byId, duration, h, number } from "./dom.js";
+import { applyTheme, byId, duration, h, number } from "./dom.js";
 
 const REFRESH_SECONDS = 30;
 
@@ -166,6 +166,7 @@ export class AccountPanel {
   }
 
   render(me) {
+    applyTheme(me.user.theme);
     this.email.textContent = me.user.email;
     byId("admin-link").hidden = !["admin", "auditor"].includes(me.user.role);
     const tier = me.tier.name;

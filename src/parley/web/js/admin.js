@@ -3,7 +3,7 @@
 // same page with nothing to change; anyone else is sent back to the app.
 
 import { api, apiGet } from "./api.js";
-import { byId, h } from "./dom.js";
+import { applyTheme, byId, h } from "./dom.js";
 import { Notices } from "./notices.js";
 
 const ACTIONS = [
@@ -90,6 +90,7 @@ class Console {
     } catch (err) {
       return this.notices.error(err);
     }
+    applyTheme(me.user.theme);
     if (!["admin", "auditor"].includes(me.user.role)) return window.location.assign("/");
     this.canChange = me.user.role === "admin";
     this.tiers = Object.keys((await apiGet("/api/admin/tiers")).tiers);

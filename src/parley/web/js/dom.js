@@ -49,3 +49,24 @@ export function duration(seconds) {
 }
 
 export const number = (n) => new Intl.NumberFormat().format(Math.round(n));
+
+const THEME_KEY = "parley-theme";
+
+/** The user's theme on this page (`system`: the device's); remembered in this browser so
+ *  the next page opens in it before /api/me answers. */
+export function applyTheme(theme) {
+  const root = document.documentElement;
+  if (theme === "light" || theme === "dark") root.dataset.theme = theme;
+  else delete root.dataset.theme;
+  try {
+    localStorage.setItem(THEME_KEY, theme || "system");
+  } catch {
+    // storage refused (private mode): the theme holds for this page
+  }
+}
+
+try {
+  applyTheme(localStorage.getItem(THEME_KEY) || "system");
+} catch {
+  // no storage: the system's theme until /api/me says
+}
