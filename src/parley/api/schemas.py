@@ -77,18 +77,6 @@ class LoginRequest(Strict):
     altcha: str | None = ALTCHA
 
 
-class ChallengeOut(BaseModel):
-    """ALTCHA's challenge: find `number` in [0, `maxnumber`] with SHA-256(`salt` + `number`)
-    = `challenge` (hex), then send base64 of `{algorithm, challenge, number, salt,
-    signature}` as `altcha`."""
-
-    algorithm: str
-    challenge: str
-    maxnumber: int
-    salt: str
-    signature: str
-
-
 class UserOut(BaseModel):
     id: str
     object: Literal["user"] = "user"
@@ -97,10 +85,6 @@ class UserOut(BaseModel):
     role: str = Field("user", description="user, auditor (reads the admin console) or admin.")
     theme: Theme = Field(Theme.SYSTEM, description="How the web client looks for them.")
     created_at: datetime
-
-
-class Preferences(Strict):
-    theme: Theme
 
 
 class AuthOut(BaseModel):

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Response, status
 
 from parley.accounts.login import Login
+from parley.api.account_schemas import ChallengeOut, Preferences
 from parley.api.deps import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -21,14 +22,12 @@ from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     AuthOut,
     BudgetOut,
-    ChallengeOut,
     Credentials,
     Deleted,
     LoginRequest,
     MeOut,
     PasswordChange,
     PasswordChanged,
-    Preferences,
     SessionList,
     SessionOut,
     SessionsEnded,

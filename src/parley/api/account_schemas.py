@@ -1,0 +1,24 @@
+"""Wire types of the sign-in's proof-of-work and of the user's preferences."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from parley.api.schemas import Strict
+from parley.domain import Theme
+
+
+class ChallengeOut(BaseModel):
+    """ALTCHA's challenge: find `number` in [0, `maxnumber`] with SHA-256(`salt` + `number`)
+    = `challenge` (hex), then send base64 of `{algorithm, challenge, number, salt,
+    signature}` as `altcha`."""
+
+    algorithm: str
+    challenge: str
+    maxnumber: int
+    salt: str
+    signature: str
+
+
+class Preferences(Strict):
+    theme: Theme
