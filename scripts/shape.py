@@ -108,6 +108,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> Iterator[list[str]]:
 ROOT_SETTINGS_READERS = {
     "parley.config",
     "parley.services",
+    "parley.connections",
     "parley.cli",
     "parley.capacity.cli",
     "parley.accounts.admin",

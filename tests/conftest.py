@@ -33,7 +33,8 @@ import pytest
 
 from parley.api.app import create_app
 from parley.config import Settings, load_settings
-from parley.services import Services, bus_limits
+from parley.connections import bus_limits
+from parley.services import Services
 from tests.builders import (
     BACKENDS,
     POSTGRES_URL,

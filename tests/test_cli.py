@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from parley.api.app import create_app
 from parley.config import load_settings
+from parley.errors import Unauthenticated
 from parley.services import build_services
 from tests.builders import sqlite_url
 
@@ -250,3 +252,49 @@ def test_roles_and_state_are_set_from_the_cli_and_audit_verify_finds_tampering(
     r = parley("audit", "verify", *db)
     assert r.returncode == 1 and "record 1: its contents were changed" in r.stderr, r.stderr
     assert "record 2: its contents were changed" in r.stderr
+
+
+def test_the_operator_sets_a_password_from_standard_input_and_every_session_ends(
+    tmp_path: Path,
+) -> None:
+    """`parley user set-password` as a process (issue 45): the password from standard input
+    (no argument takes one), the password rules applied, the user's sessions ended, the
+    change on the audit log; an account without a password is told so."""
+    database_url = sqlite_url(tmp_path)
+    db = ["--database-url", database_url]
+    created = parley("user", "create", "ada@example.com", "--password-stdin", *db,
+                     stdin="first pass phrase\n")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+
+    async def session() -> str:
+        settings = load_settings(database_url=database_url, data_dir=tmp_path, engine="fake")
+        svc = build_services(settings)
+        try:
+            return (await svc.accounts.login("ada@example.com", "first pass phrase", None)).token
+        finally:
+            await svc.close()
+
+    async def signed_in(token: str) -> bool:
+        settings = load_settings(database_url=database_url, data_dir=tmp_path, engine="fake")
+        svc = build_services(settings)
+        try:
+            await svc.accounts.authenticate(token)
+            return True
+        except Unauthenticated:
+            return False
+        finally:
+            await svc.close()
+
+    token = asyncio.run(session())
+    assert parley("user", "set-password", "ada@example.com", "new pass", *db).returncode == 2
+    weak = parley("user", "set-password", "ada@example.com", *db, stdin="password\n")
+    assert weak.returncode == 1 and "password" in weak.stderr
+    assert asyncio.run(signed_in(token))
+    r = parley("user", "set-password", "ada@example.com", *db, stdin="second pass phrase\n")
+    assert r.returncode == 0, r.stderr
+    assert "every session ended" in r.stdout
+    assert not asyncio.run(signed_in(token))
+    exported = parley("audit", "export", *db).stdout
+    assert '"account.password_reset"' in exported and '"actor": "cli"' in exported
+    r = parley("user", "set-password", "nobody@example.com", *db, stdin="second pass phrase\n")
+    assert r.returncode == 1 and "no user" in r.stderr

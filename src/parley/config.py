@@ -33,6 +33,7 @@ from parley.bus.settings import BusSettings
 from parley.context.settings import ContextSettings
 from parley.engines.settings import EngineSettings
 from parley.errors import ConfigurationError
+from parley.mail.settings import MailSettings
 from parley.observability.settings import ObservabilitySettings
 from parley.parsing.settings import ParsingSettings
 from parley.qos.settings import QosSettings
@@ -99,6 +100,7 @@ class Settings(BaseSettings):
     tools: ToolSettings = Field(default_factory=ToolSettings)  # what server-side tools may do
     audit: AuditSettings = Field(default_factory=AuditSettings)  # the audit log's retention
     scim: ScimSettings = Field(default_factory=ScimSettings)  # provisioning by identity providers
+    mail: MailSettings = Field(default_factory=MailSettings)  # resets and notices by mail
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod
@@ -133,6 +135,8 @@ class Settings(BaseSettings):
             self.database.url = f"sqlite+aiosqlite:///{(self.data_dir / 'parley.db').resolve()}"
         if self.database.replica_url and not is_postgres(self.database.resolved_url):
             raise ValueError("database_replica_url needs a Postgres database_url")
+        if self.accounts.confirm_email != "off" and not self.mail.enabled:
+            raise ValueError("accounts.confirm_email needs mail: set mail.host")
         if production and self.crash_at:
             raise ValueError("crash_at is for tests: it is refused in production")
         if production and self.secret_key.get_secret_value() == DEFAULT_SECRET:

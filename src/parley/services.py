@@ -17,9 +17,9 @@ from parley.archive.periodic import archive_forever
 from parley.attachments.answer_files import AnswerFiles
 from parley.audit.log import AuditLog
 from parley.blobs.interface import BlobStoreError
-from parley.bus.interface import Bus, BusLimits
-from parley.bus.memory import MemoryBus
+from parley.bus.interface import Bus
 from parley.config import Settings
+from parley.connections import build_bus, database
 from parley.context.prompts import ChatContext
 from parley.context.retrieval import Retriever
 from parley.context.summaries import Summaries
@@ -34,6 +34,8 @@ from parley.engines.registry import (
 )
 from parley.engines.reports import reporter
 from parley.errors import ConfigurationError
+from parley.mail.outbox import Outbox
+from parley.mail.smtp import Smtp
 from parley.observability.metrics import Metrics, build_metrics
 from parley.parsing.pool import ParsePool
 from parley.portability.exports import Exports
@@ -97,6 +99,8 @@ class Services:
         keep("sweeper", self.sweeper.run_forever)
         keep("exports", self.exports.maintain_forever)
         keep("audit", self.audit.prune_forever)
+        if (outbox := self.accounts.recovery.outbox) is not None:
+            keep("mail", lambda: outbox.deliver_forever(self.accounts.recovery.compose))
         if (engine := self.engine) is not None:
             await engine.start()
             every = self.settings.observability.metrics_sample_seconds
@@ -137,42 +141,6 @@ class Services:
         await self.bus.close()
         await self.db.dispose()
         self.metrics.close()
-
-
-def bus_limits(settings: Settings) -> BusLimits:
-    b = settings.bus
-    return BusLimits(
-        queue_max=settings.qos.queue_max,
-        stream_maxlen=b.stream_maxlen,
-        stream_ttl_seconds=b.stream_ttl_seconds,
-        cancel_ttl_seconds=b.stream_ttl_seconds,
-        append_batching=b.stream_append_batching,
-    )
-
-
-def build_bus(
-    settings: Settings, *, redis_url: str | None = None, namespace: str | None = None
-) -> Bus:
-    """The bus the settings name: Redis (``redis_url``, or the settings' own), else in-process."""
-    url = redis_url or settings.bus.redis_url
-    if url:
-        from parley.bus.redis import RedisBus
-
-        prefix = namespace or settings.bus.redis_namespace
-        return RedisBus(url, bus_limits(settings), namespace=prefix)
-    return MemoryBus(bus_limits(settings))
-
-
-def database(settings: Settings) -> Database:
-    """The database the settings name: the primary, and its replicas if configured."""
-    d = settings.database
-    return Database(
-        d.resolved_url,
-        echo=d.echo,
-        replica_url=d.replica_url,
-        connect_timeout=d.connect_timeout_seconds,
-        pool_size=d.pool_size,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +242,7 @@ def accounts(settings: Settings, db: Database, bus: Bus, passwords: Passwords) -
         default_tier=settings.qos.default_tier,
         audit=AuditLog(db, settings.audit, settings.secret_key.get_secret_value()),
         tiers=list(settings.qos.tiers),
+        outbox=Outbox(db, settings.mail, Smtp(settings.mail)) if settings.mail.enabled else None,
     )
 
 

@@ -32,6 +32,11 @@ PUBLIC = {
     "/api/auth/challenge",
     "/api/auth/oidc/{provider}/start",
     "/api/auth/oidc/{provider}/callback",
+    # a way back into an account: before there is a credential
+    "/api/auth/password-reset",
+    "/api/auth/password-reset/confirm",
+    "/api/auth/confirm",
+    "/api/auth/confirm/resend",
 }
 BODIES = {
     ("PATCH", "/api/chats/{chat_id}"): {"title": "mine now"},

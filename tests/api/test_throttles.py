@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from parley.api.app import create_app
 from parley.bus.interface import Bus
 from parley.config import Settings
-from parley.services import bus_limits
+from parley.connections import bus_limits
 from tests.builders import BUS_BACKENDS, make_bus, services_for
 from tests.helpers import PASSWORD, assert_error, signup
 from tests.processes import Parley, free_port

@@ -13,7 +13,8 @@ import pytest
 from parley.api.app import create_app
 from parley.bus.redis import RedisBus
 from parley.config import Settings, load_settings
-from parley.services import Services, bus_limits
+from parley.connections import bus_limits
+from parley.services import Services
 from tests.builders import REDIS_URL, ROOMY_TIERS, served, services_for, truncate
 from tests.faults.proxy import FaultProxy
 

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from parley.bus.memory import MemoryBus
 from parley.config import load_settings
+from parley.connections import bus_limits
 from parley.engines.fake import FAKE_MODEL, FakeEngine, FakeEngineConfig
 from parley.engines.interface import ChatMessage, GenerationRequest
 from parley.errors import ConfigurationError
 from parley.observability.metrics import build_metrics
-from parley.services import bus_limits
 from tests.builders import BACKENDS, REDIS_URL, truncate
 from tests.helpers import user_headers
 from tests.processes import Parley, free_port

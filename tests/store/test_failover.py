@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from parley import services
+from parley import connections
 from parley.config import load_settings
 from parley.errors import ConfigurationError
 from parley.outages import outage
@@ -196,7 +196,7 @@ async def test_the_pools_are_sized_by_the_setting(postgres_url: str, tmp_path: P
         database_pool_size=3,
         data_dir=tmp_path,
     )
-    db = services.database(settings)
+    db = connections.database(settings)
     try:
         for engine in (db.engine, db.replica):
             assert engine is not None

@@ -10,10 +10,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
+import parley.store.account_tokens
 import parley.store.audit
 import parley.store.embeddings
 import parley.store.engine_reports
 import parley.store.identities
+import parley.store.mail_outbox
 import parley.store.scim
 import parley.store.tool_grants  # noqa: F401  (tool_clients, tool_grants)
 from parley.store.database import Database

@@ -1,5 +1,6 @@
-"""``parley user create / set-tier / set-role / disable / enable / list / export / delete``:
-users from the command line. Every change is on the audit log, made by ``cli``."""
+"""``parley user create / set-password / set-tier / set-role / disable / enable / list /
+export / delete``: users from the command line. Every change is on the audit log, made by
+``cli``."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def add_user_parser(sub: Any, settings_args: Callable[[argparse.ArgumentParser],
     set_role.add_argument("email")
     set_role.add_argument("role", choices=["user", "auditor", "admin"])
     set_role.set_defaults(handler=user_set_role)
+    set_password = user_sub.add_parser(
+        "set-password",
+        help="set a user's password (read from standard input; every session ends)",
+    )
+    settings_args(set_password)
+    set_password.add_argument("email")
+    set_password.set_defaults(handler=user_set_password)
     for verb, disabled in (("disable", True), ("enable", False)):
         state = user_sub.add_parser(verb, help=f"{verb} a user (disabling ends their sessions)")
         settings_args(state)
@@ -86,6 +94,32 @@ async def user_create(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{user.id}\t{user.email}\t{user.tier}")
     except Exception as e:
         return fail(str(e))
+    finally:
+        await db.dispose()
+    return 0
+
+
+async def user_set_password(args: argparse.Namespace, settings: Settings) -> int:
+    """The password from standard input (a prompt at a terminal), never an argument."""
+    from parley.accounts.passwords import Passwords
+    from parley.accounts.recovery import Recovery
+    from parley.audit.actions import Actor
+    from parley.audit.log import AuditLog
+    from parley.errors import ParleyError
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("new password: ")
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    db = await open_db(settings)
+    try:
+        audit = AuditLog(db, settings.audit, settings.secret_key.get_secret_value())
+        recovery = Recovery(db, settings.accounts, None, None, Passwords(), audit, None)
+        try:
+            user = await recovery.set_password(Actor.cli(), args.email, password)
+        except ParleyError as e:
+            return fail(e.message)
+        print(f"{user.id}\t{user.email}\tpassword set; every session ended")
     finally:
         await db.dispose()
     return 0

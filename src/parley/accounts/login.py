@@ -8,6 +8,9 @@ from datetime import datetime
 
 from parley.store.schema import User
 
+# the password hash of an account a provider made (OIDC, SCIM): no password matches it
+SSO_ONLY = "!sso"
+
 
 @dataclass(frozen=True, slots=True)
 class Login:

@@ -20,6 +20,8 @@ class Principal:
     # an API key's scopes and models (None: a login session, which may do everything)
     scopes: frozenset[str] | None = None
     models: tuple[str, ...] | None = None
+    # False only while accounts.confirm_email asks and the user has not confirmed
+    email_confirmed: bool = True
 
     @property
     def key_id(self) -> str | None:

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts import tokens
 from parley.accounts.challenge import ProofOfWork
 from parley.accounts.credential_cache import CredentialCache
-from parley.accounts.login import Login
+from parley.accounts.keys import KeyLimits, NewApiKey, key_limits
+from parley.accounts.login import SSO_ONLY, Login
 from parley.accounts.oidc import OidcSignIn
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
 from parley.accounts.principal import Principal
-from parley.accounts.settings import AccountSettings
+from parley.accounts.recovery import CHANGED, UNCONFIRMED, Recovery, Unconfirmed
+from parley.accounts.settings import AccountSettings, ConfirmEmail
 from parley.accounts.throttle import AccountThrottles
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.context import here
 from parley.audit.log import AuditLog
-from parley.domain import LEGACY_SCOPES, CredentialKind, Theme, UserRole, is_id, utcnow
+from parley.domain import CredentialKind, Theme, UserRole, is_id, utcnow
 from parley.errors import (
     InvalidRequest,
     PermissionDenied,
@@ -30,37 +29,11 @@ from parley.errors import (
     ValidationFailed,
     no_such,
 )
+from parley.mail.outbox import Outbox
 from parley.store import credentials, users
 from parley.store.database import Database
 from parley.store.schema import ApiKey, User
 from parley.store.schema import Session as SessionRow
-
-SSO_ONLY = "!sso"  # the password hash of an account a provider made: no password matches it
-
-
-@dataclass(frozen=True, slots=True)
-class KeyLimits:
-    """What a new key may do: its scopes (``domain.KeyScope``), its models (None: any its
-    tier allows), its end."""
-
-    scopes: list[str] = field(default_factory=lambda: sorted(LEGACY_SCOPES))
-    models: list[str] | None = None
-    expires_at: datetime | None = None
-
-
-def _limits(credential: SessionRow | ApiKey) -> dict[str, Any]:
-    """An API key's scopes and models, as its principal carries them."""
-    if not isinstance(credential, ApiKey):
-        return {}
-    scopes = LEGACY_SCOPES if credential.scopes is None else json.loads(credential.scopes)
-    models = None if credential.models is None else tuple(json.loads(credential.models))
-    return {"scopes": frozenset(scopes), "models": models}
-
-
-@dataclass(frozen=True, slots=True)
-class NewApiKey:
-    key: ApiKey
-    secret: str
 
 
 class Accounts:
@@ -75,7 +48,9 @@ class Accounts:
         default_tier: str,
         audit: AuditLog,
         tiers: list[str] | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
+        """``outbox``: mail to users (resets, notices), when mail is set up."""
         # the default tier first: what a provider's rules fall back to
         self._tiers = [default_tier, *(t for t in tiers or [] if t != default_tier)]
         self._sso: OidcSignIn | None = None
@@ -88,6 +63,7 @@ class Accounts:
         self._throttles = throttles
         self._idle = timedelta(seconds=settings.session_idle_timeout_seconds)
         self._cache = CredentialCache(settings.auth_cache_seconds)
+        self.recovery = Recovery(db, settings, outbox, throttles, passwords, audit, self)
         self.proof = ProofOfWork(
             secret_key,
             throttles.bus,
@@ -140,9 +116,15 @@ class Accounts:
             )
 
     async def signup(
-        self, email: str, password: str, client: str | None = None, altcha: str | None = None
+        self,
+        email: str,
+        password: str,
+        client: str | None = None,
+        altcha: str | None = None,
+        base: str = "",
     ) -> Login:
-        """``altcha``: a solved proof-of-work, needed past a few sign-ups from ``client``."""
+        """``altcha``: a solved proof-of-work, needed past a few sign-ups from ``client``;
+        ``base``: the app's address, for the confirmation link (``confirm_email``)."""
         self.check_local_passwords()
         check_password(password, email=email)  # refusals cost no sign-up attempt
         if await self._throttles.signup_challenged(client):
@@ -150,10 +132,14 @@ class Accounts:
         await self._throttles.before_signup(client)
         password_hash = await self._passwords.hash(password)
         async with self._db.transaction() as s:
+            asks = self._settings.confirm_email is not ConfirmEmail.OFF
             user = await users.create_user(
-                s, email=email, password_hash=password_hash, tier=self._default_tier
-            )
+                s, email=email, password_hash=password_hash, tier=self._default_tier,
+                confirmed=not asks,
+            )  # fmt: skip
             await self._record(s, AuditAction.SIGNUP, user)
+            if asks:
+                await self.recovery.ask_confirmation(s, user, base)
             return await self._open_session(s, user)
 
     async def login(
@@ -173,6 +159,9 @@ class Accounts:
             if verdict.ok and user.disabled_at is not None:
                 await self._refused(email, user, "disabled")
                 raise Unauthenticated("the account is disabled", code="account_disabled")
+            if verdict.ok and not self._may_sign_in(user):
+                await self._refused(email, user, "email not confirmed")
+                raise Unconfirmed(UNCONFIRMED)
             if verdict.ok:
                 await self._throttles.password_ok(email, client)
                 async with self._db.transaction() as s:
@@ -221,6 +210,7 @@ class Accounts:
                 s, user_id=principal.user_id, keep=principal.credential_id
             )
             await self._record(s, AuditAction.PASSWORD_CHANGED, user, sessions_ended=ended)
+            await self.recovery.notice(s, user.email, "Your parley password was changed", CHANGED)
             return ended
 
     async def confirm_password(
@@ -314,6 +304,8 @@ class Accounts:
             )
         if user.disabled_at is not None:
             raise Unauthenticated("the account is disabled", code="account_disabled")
+        if not self._may_sign_in(user):
+            raise Unconfirmed(UNCONFIRMED)
         return Principal(
             user_id=user.id,
             email=user.email,
@@ -321,8 +313,16 @@ class Accounts:
             kind=kind,
             credential_id=credential.id,
             role=UserRole(user.role),
-            **_limits(credential),
+            email_confirmed=self._confirmed(user),
+            **key_limits(credential),
         )
+
+    def _confirmed(self, user: User) -> bool:
+        off = self._settings.confirm_email is ConfirmEmail.OFF
+        return off or user.email_confirmed_at is not None
+
+    def _may_sign_in(self, user: User) -> bool:
+        return self._confirmed(user) or self._settings.confirm_email is not ConfirmEmail.SIGNIN
 
     async def me(self, principal: Principal, theme: Theme | None = None) -> User:
         """The user's row (``theme``: their preference changed first)."""
@@ -352,6 +352,8 @@ class Accounts:
             )
             detail = {"key": key.id, "name": name, "scopes": limits.scopes}
             await self._acted(s, principal, AuditAction.KEY_CREATED, **detail)
+            made = f"An API key named {name!r} ({key.hint}) was just made for your account."
+            await self.recovery.notice(s, principal.email, "A new parley API key", made)
         return NewApiKey(key=key, secret=secret)
 
     async def list_api_keys(self, principal: Principal) -> list[ApiKey]:

@@ -4,9 +4,17 @@ sign-ups are slowed."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, Field
 
 from parley.accounts.oidc_settings import OidcProvider
+
+
+class ConfirmEmail(StrEnum):
+    OFF = "off"  # no confirmation asked
+    CHAT = "chat"  # a new account signs in, but chats only once its email is confirmed
+    SIGNIN = "signin"  # a new account signs in only once its email is confirmed
 
 
 class AccountSettings(BaseModel):
@@ -76,6 +84,25 @@ class AccountSettings(BaseModel):
     )
     challenge_seconds: int = Field(
         default=300, ge=10, description="How long a proof-of-work challenge may be solved in."
+    )
+    confirm_email: ConfirmEmail = Field(
+        default=ConfirmEmail.OFF,
+        description="Mail a link to confirm a new account's email (needs `[mail]`): `chat` "
+        "(it may sign in, not chat, until then) or `signin` (not even sign in).",
+    )
+    reset_link_minutes: int = Field(
+        default=30, ge=5, le=24 * 60, description="How long a password reset link works."
+    )
+    reset_requests_per_address: int = Field(
+        default=5,
+        ge=1,
+        description="Reset mails one address may ask for before each next waits 1, 2, 4 … s "
+        "(up to an hour; 429 until then).",
+    )
+    reset_requests_per_email: int = Field(
+        default=3,
+        ge=1,
+        description="Reset mails one email may be sent before each next waits as above.",
     )
     signup_window_seconds: int = Field(
         default=3600, gt=0, description="The window sign-ups are counted in."

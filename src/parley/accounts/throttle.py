@@ -53,6 +53,9 @@ class AccountThrottles:
             settings.signup_window_seconds,
         )
         self._settings = settings
+        hour = 3600
+        self._reset_address = Backoff(settings.reset_requests_per_address, hour, hour)
+        self._reset_email = Backoff(settings.reset_requests_per_email, hour, hour)
         # failures from an address, only counted (never refused: a NAT hides many users)
         self._address = Backoff(10**9, 1, window)
 
@@ -73,6 +76,21 @@ class AccountThrottles:
     async def login_failed(self, address: str | None) -> None:
         """A failed sign-in from ``address`` (whatever its email), counted."""
         await self._bus.attempt(_address_key(address), self._address, refuse=False)
+
+    async def before_reset_request(self, email: str, address: str | None) -> None:
+        """Count a reset mail asked for ``email`` from ``address``; RateLimited past either
+        allowance (an unknown email counts as a known one: the answer tells nothing)."""
+        for key, backoff in (
+            (f"reset-address\x1f{address or UNKNOWN_ADDRESS}", self._reset_address),
+            (f"reset-email\x1f{email.strip().lower()}", self._reset_email),
+        ):
+            attempt = await self._bus.attempt(key, backoff)
+            if not attempt.allowed:
+                raise RateLimited(
+                    "too many reset mails asked for; try again later",
+                    code="too_many_reset_requests",
+                    retry_after=attempt.wait,
+                )
 
     async def signup_challenged(self, address: str | None) -> bool:
         found = await self._bus.attempts(_signup_key(address))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from parley.api.schemas import Strict
@@ -22,3 +24,10 @@ class ChallengeOut(BaseModel):
 
 class Preferences(Strict):
     theme: Theme
+
+
+class ConfirmFirst(BaseModel):
+    """A sign-up that must confirm its email before it signs in."""
+
+    status: Literal["confirm_email"] = "confirm_email"
+    message: str = "Check your mail: follow the link in it to confirm your email, then log in."

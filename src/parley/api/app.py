@@ -28,6 +28,7 @@ from parley.api.routes import (
     models,
     openai,
     portability,
+    recovery,
     responses,
     runs,
     search,
@@ -63,6 +64,7 @@ ROUTERS = tuple(
         admin,
         admin_models,
         sso,
+        recovery,
     )
 )
 

@@ -15,6 +15,9 @@ class AuditAction(StrEnum):
     LOGOUT_EVERYWHERE = "session.logout_everywhere"
     SESSION_ENDED = "session.ended"
     PASSWORD_CHANGED = "account.password_changed"  # noqa: S105 (an action's name)
+    PASSWORD_RESET = "account.password_reset"  # noqa: S105 (an action's name)
+    RESET_LINK_MADE = "user.reset_link_made"
+    EMAIL_CONFIRMED = "account.email_confirmed"
     ACCOUNT_DELETED = "account.deleted"
     KEY_CREATED = "api_key.created"
     KEY_REVOKED = "api_key.revoked"

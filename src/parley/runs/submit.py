@@ -28,6 +28,7 @@ from parley.engines.kinds import Capabilities
 from parley.errors import (
     BudgetExhausted,
     Overloaded,
+    PermissionDenied,
     TooManyRuns,
     ValidationFailed,
 )
@@ -117,6 +118,7 @@ class Submitter:
         self, who: Principal, chat_id: str, req: SendRequest, idempotency_key: str | None
     ) -> Run:
         """The run for this request: a new one, or the one an earlier same-key request made."""
+        _confirmed(who)
         new = self.rules.validate(who, chat_id, req, idempotency_key)
         if req.edit_of is not None or req.regenerate is not None:
             await self._restored(new)  # the message named must be in the database
@@ -131,6 +133,7 @@ class Submitter:
         self, who: Principal, req: ProgramRequest, idempotency_key: str | None
     ) -> Run:
         """A program's run (``/v1``): its own messages, no chat; else as ``submit``."""
+        _confirmed(who)
         tier = self._qos.tier(who.tier)
         for i, message in enumerate(req.input.messages):
             self.rules.check_length(message.content, f"messages[{i}].content")
@@ -153,9 +156,7 @@ class Submitter:
             api_key_id=who.key_id,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
-        if req.store:
-            new = self._kept(new, req.input)
-
+        new = self._kept(new, req.input) if req.store else new
         tokens = await self.costs.check_program(new, req.input.counted())  # before admission
         users = [m.content for m in req.input.messages if m.role == "user"]
         if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
@@ -352,3 +353,12 @@ class Submitter:
         """Give back the reservation of a run that was not made, even while cancelled."""
         with anyio.CancelScope(shield=True):
             await self._budget.release(new.user_id, new.tier, reserved)
+
+
+def _confirmed(who: Principal) -> None:
+    """A new account whose email the operator wants confirmed chats once it is."""
+    if not who.email_confirmed:
+        raise PermissionDenied(
+            "confirm your email first: follow the link we mailed you (or ask for another)",
+            code="email_unconfirmed",
+        )

@@ -104,6 +104,8 @@ class User(Base):
     disabled_at: Mapped[datetime | None]
     # a ``domain.Theme``: how the web client looks for them, on every device
     theme: Mapped[str] = mapped_column(String(10), default="system", server_default="system")
+    # when the user followed the mailed link (accounts.confirm_email); None: not (yet)
+    email_confirmed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -15,7 +15,10 @@ def normalize_email(email: str) -> str:
     return email.strip().lower()
 
 
-async def create_user(s: AsyncSession, *, email: str, password_hash: str, tier: str) -> User:
+async def create_user(
+    s: AsyncSession, *, email: str, password_hash: str, tier: str, confirmed: bool = True
+) -> User:
+    """``confirmed``: its email taken as confirmed (not a sign-up awaiting its link)."""
     now = utcnow()
     user = User(
         id=new_id("user"),
@@ -24,6 +27,7 @@ async def create_user(s: AsyncSession, *, email: str, password_hash: str, tier: 
         tier=tier,
         created_at=now,
         updated_at=now,
+        email_confirmed_at=now if confirmed else None,
     )
     s.add(user)
     try:

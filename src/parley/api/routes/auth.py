@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from parley.accounts.login import Login
-from parley.api.account_schemas import ChallengeOut, Preferences
+from parley.accounts.settings import ConfirmEmail
+from parley.api.account_schemas import ChallengeOut, ConfirmFirst, Preferences
 from parley.api.deps import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -18,6 +19,7 @@ from parley.api.deps import (
     ServicesDep,
     SessionPrincipalDep,
 )
+from parley.api.returns import callback_url
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
     AuthOut,
@@ -44,18 +46,28 @@ router = APIRouter(prefix="/api", tags=["accounts"])
 @router.post(
     "/auth/signup",
     status_code=status.HTTP_201_CREATED,
-    response_model=AuthOut,
-    responses=errors(*BODY, 403, 409, 429),
+    response_model=AuthOut | ConfirmFirst,
+    responses={**errors(*BODY, 403, 409, 429), 202: {"model": ConfirmFirst}},
 )
 async def signup(
-    body: Credentials, response: Response, svc: ServicesDep, client: ClientAddressDep
-) -> AuthOut:
+    body: Credentials,
+    request: Request,
+    response: Response,
+    svc: ServicesDep,
+    client: ClientAddressDep,
+) -> AuthOut | ConfirmFirst:
     """Create an account on the default tier and log it in. The password must not be a
     common one, the email or blank (422 `weak_password`); sign-ups from one address are
     limited (429 `too_many_signups`), and past a few need a solved proof-of-work (403
-    `challenge_required`: send `altcha`)."""
-    login = await svc.accounts.signup(body.email, body.password, client, body.altcha)
-    return _logged_in(login, response, svc)
+    `challenge_required`: send `altcha`). Where the operator wants emails confirmed a link
+    is mailed; with `confirm_email = "signin"` the answer is 202 `confirm_email` (no
+    session until the link is followed)."""
+    base = callback_url(svc, request, "")
+    login = await svc.accounts.signup(body.email, body.password, client, body.altcha, base)
+    if svc.settings.accounts.confirm_email is ConfirmEmail.SIGNIN:
+        response.status_code = status.HTTP_202_ACCEPTED
+        return ConfirmFirst()
+    return logged_in(login, response, svc)
 
 
 @router.post("/auth/login", response_model=AuthOut, responses=errors(*BODY, 401, 403, 429))
@@ -66,7 +78,7 @@ async def login(
     (for the account, or from the address) it first needs a solved proof-of-work (403
     `challenge_required`: send `altcha`)."""
     result = await svc.accounts.login(body.email, body.password, client, body.altcha)
-    return _logged_in(result, response, svc)
+    return logged_in(result, response, svc)
 
 
 @router.get("/auth/challenge", response_model=ChallengeOut, responses=errors())
@@ -178,7 +190,7 @@ def _budget_out(balance: TokenBalance) -> BudgetOut:
     )
 
 
-def _logged_in(login: Login, response: Response, svc: Services) -> AuthOut:
+def logged_in(login: Login, response: Response, svc: Services) -> AuthOut:
     csrf = set_session_cookies(login, response, svc)
     return AuthOut(
         token=login.token,

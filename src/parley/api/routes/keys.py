@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from fastapi import APIRouter, status
 
+from parley.accounts.keys import KeyLimits
 from parley.accounts.principal import Principal
-from parley.accounts.service import KeyLimits
 from parley.api.deps import ServicesDep, SessionPrincipalDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyOut, Deleted

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Cookie, Query, Request, status
 from fastapi.responses import RedirectResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from parley.api.deps import ServicesDep
 from parley.api.edge import OFFSITE
@@ -31,6 +31,9 @@ class ProviderOut(BaseModel):
 class SignInOptions(BaseModel):
     object: Literal["sign_in_options"] = "sign_in_options"
     local_passwords: bool
+    password_reset_by_mail: bool = Field(
+        description="Whether a forgotten password can be reset by mail here (else: the admin)."
+    )
     providers: list[ProviderOut]
 
 
@@ -40,6 +43,7 @@ async def providers(svc: ServicesDep) -> SignInOptions:
     names = svc.accounts.sso.names()
     return SignInOptions(
         local_passwords=svc.settings.accounts.local_passwords,
+        password_reset_by_mail=svc.settings.mail.enabled,
         providers=[ProviderOut(name=n, label=label) for n, label in names],
     )
 

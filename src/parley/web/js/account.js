@@ -23,6 +23,25 @@ const MODES = {
     path: "/api/auth/signup",
     autocomplete: "new-password",
   },
+  forgot: {
+    title: "Reset your password",
+    submit: "Mail me a link",
+    switchText: "Remembered it?",
+    switchButton: "Log in",
+    path: "/api/auth/password-reset",
+    autocomplete: "off",
+    fields: ["email"],
+  },
+  reset: {
+    title: "Choose a new password",
+    submit: "Set it and sign in",
+    switchText: "Not now?",
+    switchButton: "Log in",
+    path: "/api/auth/password-reset/confirm",
+    autocomplete: "new-password",
+    fields: ["password"],
+    passwordLabel: "New password",
+  },
 };
 
 export class AuthForm {
@@ -39,6 +58,7 @@ export class AuthForm {
     byId("auth-switch").addEventListener("click", () => {
       this.setMode(this.mode === "login" ? "signup" : "login");
     });
+    byId("auth-forgot").addEventListener("click", () => this.forgot());
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.submit();
@@ -53,7 +73,30 @@ export class AuthForm {
     byId("auth-switch-text").textContent = m.switchText;
     byId("auth-switch").textContent = m.switchButton;
     this.password.autocomplete = m.autocomplete;
+    const fields = m.fields || ["email", "password"];
+    for (const name of ["email", "password"]) {
+      const shown = fields.includes(name);
+      this[name].hidden = !shown;
+      this.form.querySelector(`label[for="auth-${name}"]`).hidden = !shown;
+    }
+    byId("auth-forgot").hidden = mode !== "login";
+    this.form.querySelector('label[for="auth-password"]').textContent = m.passwordLabel || "Password";
     this.error.textContent = "";
+  }
+
+  /** "Forgot password?": the mail form where mail is set up, else whom to ask. */
+  forgot() {
+    if (this.resetByMail === false) {
+      this.say("Ask your administrator for a password reset link.");
+      return;
+    }
+    this.setMode("forgot");
+    this.email.focus();
+  }
+
+  say(text) {
+    this.notice.textContent = text;
+    this.notice.hidden = !text;
   }
 
   show(notice) {
@@ -64,7 +107,15 @@ export class AuthForm {
     this.notice.textContent = notice || "";
     this.notice.hidden = !notice;
     this.password.value = "";
-    this.email.focus();
+    this.resetToken = null;
+    if (window.location.hash.startsWith("#reset=")) { // a reset link: the token stays here
+      this.resetToken = decodeURIComponent(window.location.hash.slice("#reset=".length));
+      window.history.replaceState(null, "", window.location.pathname);
+      this.setMode("reset");
+      this.password.focus();
+    } else {
+      this.email.focus();
+    }
     this.offerProviders();
   }
 
@@ -81,6 +132,7 @@ export class AuthForm {
       class: "button sso-button", href: `/api/auth/oidc/${encodeURIComponent(p.name)}/start`,
     }, `Sign in with ${p.label}`)));
     box.hidden = options.providers.length === 0;
+    this.resetByMail = options.password_reset_by_mail;
     for (const el of [this.email, this.password, this.submitButton, byId("auth-switch").parentElement,
       ...this.form.querySelectorAll("label")]) {
       el.hidden = !options.local_passwords;
@@ -90,6 +142,8 @@ export class AuthForm {
   async submit() {
     const email = this.email.value.trim();
     const password = this.password.value;
+    if (this.mode === "forgot") return this.askForLink(email);
+    if (this.mode === "reset") return this.setNewPassword(password);
     if (!email || !password) {
       this.error.textContent = "Enter your email and password.";
       return;
@@ -101,10 +155,64 @@ export class AuthForm {
     this.error.textContent = "";
     this.submitButton.disabled = true;
     try {
-      await this.send({ email, password });
+      const answer = await this.send({ email, password });
       this.password.value = "";
+      if (answer && answer.status === "confirm_email") { // no session until the link
+        this.setMode("login");
+        this.say(answer.message);
+        return;
+      }
       this.notice.hidden = true;
       await this.onLoggedIn();
+    } catch (err) {
+      this.error.textContent = authMessage(err);
+      if (err.code === "email_unconfirmed") this.offerAnotherLink(email);
+    } finally {
+      this.submitButton.disabled = false;
+    }
+  }
+
+  /** An account awaiting its confirmation: another link on request. */
+  offerAnotherLink(email) {
+    const again = h("button", { type: "button", class: "link" }, "Mail me another link");
+    again.addEventListener("click", () => this.busy(async () => {
+      const answer = await api("POST", "/api/auth/confirm/resend", { json: { email } });
+      this.say(`${answer.message} Check your mail.`);
+    }));
+    this.error.append(" ", again);
+  }
+
+  async askForLink(email) {
+    if (!email) {
+      this.error.textContent = "Enter your account's email.";
+      return;
+    }
+    await this.busy(async () => {
+      const answer = await api("POST", MODES.forgot.path, { json: { email } });
+      this.setMode("login");
+      this.say(`${answer.message} Check your mail.`);
+    });
+  }
+
+  async setNewPassword(password) {
+    if (password.length < 8) {
+      this.error.textContent = "Choose a password of at least 8 characters.";
+      return;
+    }
+    await this.busy(async () => {
+      await api("POST", MODES.reset.path, { json: { token: this.resetToken, password } });
+      this.password.value = "";
+      this.notice.hidden = true;
+      this.setMode("login");
+      await this.onLoggedIn();
+    });
+  }
+
+  async busy(work) {
+    this.error.textContent = "";
+    this.submitButton.disabled = true;
+    try {
+      await work();
     } catch (err) {
       this.error.textContent = authMessage(err);
     } finally {
@@ -116,13 +224,13 @@ export class AuthForm {
   async send(json) {
     const path = MODES[this.mode].path;
     try {
-      await api("POST", path, { json });
+      return await api("POST", path, { json });
     } catch (err) {
       if (err.code !== "challenge_required" || json.altcha) throw err;
       this.error.textContent = "Checking this is not a bot…";
       const altcha = await solveChallenge();
       this.error.textContent = "";
-      await api("POST", path, { json: { ...json, altcha } });
+      return await api("POST", path, { json: { ...json, altcha } });
     }
   }
 }

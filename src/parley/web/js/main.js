@@ -2,6 +2,7 @@
 // composer's keys, and the sidebar drawer on narrow screens.
 
 import { AccountPanel, AuthForm, logout } from "./account.js";
+import { api } from "./api.js";
 import { Banner } from "./banner.js";
 import { Conversation } from "./conversation.js";
 import { DataPanel } from "./data.js";
@@ -66,17 +67,36 @@ class App {
     byId("new-chat").addEventListener("click", () => this.navigate(null));
     byId("logout").addEventListener("click", () => this.logout());
     window.addEventListener("popstate", () => this.openRoute());
+    window.addEventListener("hashchange", () => { // a reset link opened in this tab
+      if (window.location.hash.startsWith("#reset=")) this.showAuth();
+    });
   }
 
   async start() {
+    if (window.location.hash.startsWith("#reset=")) return this.showAuth(); // a reset link
+    const confirmed = await this.confirmEmail();
     try {
       await this.account.load();
     } catch (err) {
-      if (err.status === 401) return this.showAuth();
+      if (err.status === 401) return this.showAuth(confirmed);
       this.showAuth(`Cannot load your account: ${err.message}`);
       return;
     }
     await this.showShell();
+  }
+
+  /** A confirmation link's token (#confirm=…) sent; what to tell the user, if anything. */
+  async confirmEmail() {
+    const hash = window.location.hash;
+    if (!hash.startsWith("#confirm=")) return "";
+    window.history.replaceState(null, "", window.location.pathname);
+    try {
+      const token = decodeURIComponent(hash.slice("#confirm=".length));
+      const done = await api("POST", "/api/auth/confirm", { json: { token } });
+      return `${done.email} is confirmed. Welcome to parley.`;
+    } catch (err) {
+      return err.message;
+    }
   }
 
   async enter() {
