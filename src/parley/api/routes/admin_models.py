@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api/admin", tags=["admin"])
 STALE_INTERVALS = 3
 
 
-class ReplicaOut(BaseModel):
+class ReplicaHealthOut(BaseModel):
     label: str
     url: str
     healthy: bool
@@ -29,7 +29,7 @@ class ReplicaOut(BaseModel):
     slots: int
 
 
-class EngineOut(BaseModel):
+class EngineReportOut(BaseModel):
     worker_id: str = Field(description="The process serving it (host:pid:…).")
     updated_at: datetime
     stale: bool = Field(description="Not reported for three sampling intervals.")
@@ -37,25 +37,25 @@ class EngineOut(BaseModel):
     batch_sequences: int
     kv_blocks_used: int
     kv_blocks: int
-    replicas: list[ReplicaOut] = Field(description="A fleet's upstream servers (else none).")
+    replicas: list[ReplicaHealthOut] = Field(description="A fleet's upstream servers (else none).")
 
 
-class ModelOut(BaseModel):
+class ModelHealthOut(BaseModel):
     model: str
     in_flight: int = Field(description="Runs admitted and not ended, across every process.")
     slots: int = Field(description="What its engines serve at once, as they last said.")
     load: float
     drain_rate: float = Field(description="Runs ended per second, lately.")
-    engines: list[EngineOut]
+    engines: list[EngineReportOut]
 
 
-class ModelsReport(BaseModel):
+class ModelsHealth(BaseModel):
     object: Literal["list"] = "list"
-    data: list[ModelOut]
+    data: list[ModelHealthOut]
 
 
-@router.get("/models", response_model=ModelsReport, responses=errors(*AUTHED))
-async def models(who: AuditorDep, svc: ServicesDep) -> ModelsReport:
+@router.get("/models", response_model=ModelsHealth, responses=errors(*AUTHED))
+async def models(who: AuditorDep, svc: ServicesDep) -> ModelsHealth:
     """The served models, their load and their engines' health, worker by worker."""
     async with svc.db.transaction() as s:
         reports = await engine_reports.all_reports(s)
@@ -72,7 +72,7 @@ async def models(who: AuditorDep, svc: ServicesDep) -> ModelsReport:
             if found.get("model") == model
         ]
         data.append(
-            ModelOut(
+            ModelHealthOut(
                 model=model,
                 in_flight=load.in_flight,
                 slots=load.slots,
@@ -81,10 +81,10 @@ async def models(who: AuditorDep, svc: ServicesDep) -> ModelsReport:
                 engines=engines,
             )
         )
-    return ModelsReport(data=data)
+    return ModelsHealth(data=data)
 
 
-def _engine(worker_id: str, at: datetime, stale: bool, found: dict[str, Any]) -> EngineOut:
-    return EngineOut.model_validate(
+def _engine(worker_id: str, at: datetime, stale: bool, found: dict[str, Any]) -> EngineReportOut:
+    return EngineReportOut.model_validate(
         {**found, "worker_id": worker_id, "updated_at": at, "stale": stale}
     )

@@ -23,5 +23,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("theme")
+    if op.get_bind().dialect.name == "sqlite":  # as 0019: no table rebuilt under its keys
+        op.execute(sa.text("ALTER TABLE users DROP COLUMN theme"))
+    else:
+        op.drop_column("users", "theme")

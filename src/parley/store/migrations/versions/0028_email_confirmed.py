@@ -23,4 +23,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_column("users", "email_confirmed_at")
+    if op.get_bind().dialect.name == "sqlite":  # as 0019: no table rebuilt under its keys
+        op.execute(sa.text("ALTER TABLE users DROP COLUMN email_confirmed_at"))
+    else:
+        op.drop_column("users", "email_confirmed_at")
