@@ -59,6 +59,18 @@ def test_an_admin_changes_a_user_and_sees_it_on_the_audit_log(
     expect(page.locator("#audit-status")).to_have_text(
         "The chain holds: every record as written, none missing or moved."
     )
+    # a one-time reset link handed over (no mail here): the user sets a new password with it
+    page.get_by_label(f"{target} disabled").uncheck()
+    page.locator("#users tbody tr").first.get_by_role("button", name="Reset link").click()
+    link = page.locator(".reset-link code")
+    expect(link).to_contain_text("#reset=")
+    fresh = context.browser.new_context()  # type: ignore[union-attr]
+    theirs = fresh.new_page()
+    theirs.goto(link.inner_text())
+    theirs.get_by_role("textbox", name="New password").fill("handed over pass phrase")
+    theirs.get_by_role("button", name="Set it and sign in").click()
+    expect(theirs.locator("#account-email")).to_have_text(target)
+    fresh.close()
     # the models panel: the built-in fake engine, reported by the server's own worker
     models = page.locator("#models tbody tr")
     expect(models.first).to_contain_text("parley-fake")

@@ -1,5 +1,5 @@
 // The admin console (/admin): users (find, change tier, role, disable, end sessions,
-// revoke keys) and the audit log (read, filter, verify, export). An auditor sees the
+// revoke keys, a one-time password reset link) and the audit log (read, filter, verify, export). An auditor sees the
 // same page with nothing to change; anyone else is sent back to the app.
 
 import { api, apiGet } from "./api.js";
@@ -12,7 +12,7 @@ const ACTIONS = [
   "api_key.created", "api_key.revoked", "user.created", "user.tier_changed", "user.role_changed",
   "user.disabled", "user.enabled", "user.sessions_ended", "user.keys_revoked", "share.created",
   "share.revoked", "export.downloaded", "user.linked", "user.email_changed", "admin.read",
-  "audit.pruned",
+  "audit.pruned", "account.password_reset", "user.reset_link_made", "account.email_confirmed",
 ];
 const MODELS_REFRESH_MS = 10_000;
 const ROLES = ["user", "auditor", "admin"];
@@ -130,8 +130,24 @@ class Console {
       onchange: (e) => change({ disabled: e.target.checked }) });
     const ends = h("button", { type: "button", class: "link", disabled, onclick: () => this.count(user, "sessions/end", "sessions ended") }, "End sessions");
     const keys = h("button", { type: "button", class: "link", disabled, onclick: () => this.count(user, "keys/revoke", "keys revoked") }, "Revoke keys");
-    row.append(h("td", { dir: "auto" }, user.email), h("td", {}, tier), h("td", {}, role), h("td", {}, off), h("td", {}, ends, " ", keys));
+    const link = h("button", { type: "button", class: "link", disabled, onclick: () => this.resetLink(user, row) }, "Reset link");
+    row.append(h("td", { dir: "auto" }, user.email), h("td", {}, tier), h("td", {}, role), h("td", {}, off),
+      h("td", {}, ends, " ", keys, " ", link));
     return row;
+  }
+
+  /** A one-time password reset link to hand to the user (no mail needed). */
+  async resetLink(user, row) {
+    try {
+      const made = await api("POST", `/api/admin/users/${encodeURIComponent(user.id)}/reset-link`);
+      const until = new Date(made.expires_at).toLocaleTimeString();
+      const shown = h("p", { class: "notice reset-link" }, `Hand this to ${user.email} (works once, until ${until}): `,
+        h("code", {}, made.url));
+      row.querySelector("td:last-child").append(shown);
+      await this.loadAudit(true);
+    } catch (err) {
+      this.notices.error(err, `Could not make a reset link for ${user.email}`);
+    }
   }
 
   async change(user, body, row) {
