@@ -298,3 +298,13 @@ def test_the_operator_sets_a_password_from_standard_input_and_every_session_ends
     assert '"account.password_reset"' in exported and '"actor": "cli"' in exported
     r = parley("user", "set-password", "nobody@example.com", *db, stdin="second pass phrase\n")
     assert r.returncode == 1 and "no user" in r.stderr
+
+
+def test_help_names_every_command_in_plain_words() -> None:
+    """`parley --help` (issue 46, item 8): no reStructuredText backticks, every command named."""
+    r = parley("--help")
+    assert r.returncode == 0, r.stderr
+    assert "``" not in r.stdout
+    for command in ("serve", "api", "worker", "engine", "migrate", "user", "runs", "audit",
+                    "archive", "stats", "capacity"):  # fmt: skip
+        assert f"\n    {command} " in r.stdout, command

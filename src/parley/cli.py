@@ -34,6 +34,12 @@ log = logging.getLogger("parley")
 
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
+DESCRIPTION = (
+    "parley, a self-hostable chat service: run it (serve, or api and worker, or an engine "
+    "alone), migrate its database, administer users, runs and the audit log, archive idle "
+    "chats, and plan capacity. `parley COMMAND --help` tells each command's options."
+)
+
 
 def _settings_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", dest="config_file", type=Path, help="TOML settings file")
@@ -54,7 +60,7 @@ def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> No
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parley", description=__doc__)
+    parser = argparse.ArgumentParser(prog="parley", description=DESCRIPTION)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(
         "--log-format",
