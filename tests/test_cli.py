@@ -308,3 +308,15 @@ def test_help_names_every_command_in_plain_words() -> None:
     for command in ("serve", "api", "worker", "engine", "migrate", "user", "runs", "audit",
                     "archive", "stats", "capacity"):  # fmt: skip
         assert f"\n    {command} " in r.stdout, command
+
+
+def test_an_operators_command_prints_its_answer_not_the_migrations(tmp_path: Path) -> None:
+    """Issue 46, item 8: the migrations a command runs on the way are not logged (INFO is the
+    servers' default level; `--log-level INFO` still shows them)."""
+    db = ["--database-url", sqlite_url(tmp_path)]
+    quiet = parley("user", "list", *db)
+    assert quiet.returncode == 0 and "alembic" not in quiet.stderr, quiet.stderr
+    loud = parley(
+        "--log-level", "INFO", "user", "list", "--database-url", sqlite_url(tmp_path / "b")
+    )
+    assert "alembic" in loud.stderr

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("parley")
 
+SERVERS = {"serve", "api", "worker", "engine"}
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 DESCRIPTION = (
@@ -61,7 +62,9 @@ def _process_args(p: argparse.ArgumentParser, *, http: bool, engine: bool) -> No
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description=DESCRIPTION)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level", help="default: INFO for the servers, WARNING for the other commands"
+    )
     parser.add_argument(
         "--log-format",
         choices=[f.value for f in logs.LogFormat],
@@ -130,6 +133,8 @@ _SETTINGS_FLAGS = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # an operator's command prints its answer, not the migrations it ran on the way
+    args.log_level = args.log_level or ("INFO" if args.command in SERVERS else "WARNING")
     logs.hold(args.log_level)  # the settings choose the format, and log while they load
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     overrides = {k: getattr(args, k, None) for k in _SETTINGS_FLAGS}
