@@ -320,3 +320,15 @@ def test_an_operators_command_prints_its_answer_not_the_migrations(tmp_path: Pat
         "--log-level", "INFO", "user", "list", "--database-url", sqlite_url(tmp_path / "b")
     )
     assert "alembic" in loud.stderr
+
+
+def test_serve_on_a_busy_port_says_so_before_loading_anything(tmp_path: Path) -> None:
+    """Issue 46, item 8: the port is tried first, not after the engine and the database."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        r = parley("serve", "--engine", "fake", "--port", str(port), "--data-dir", str(tmp_path))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
+    assert not (tmp_path / "parley.db").exists()  # nothing was set up before the refusal

@@ -195,6 +195,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     from parley.observability import tracing
     from parley.services import checked_services
 
+    _port_free(settings.http.host, settings.http.port)  # before minutes of model loading
     services = await checked_services(settings, worker=worker)
     app = create_app(services)
     # proxy_headers off: uvicorn would believe X-Forwarded-For from 127.0.0.1; parley reads
@@ -224,6 +225,17 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     finally:
         tracing.shutdown()  # export the spans still pending
     return _exit_code(services.supervisor)
+
+
+def _port_free(host: str, port: int) -> None:
+    """ConfigurationError when another process listens on the port already."""
+    import socket
+
+    try:
+        with socket.create_server((host, port), reuse_port=False):
+            pass
+    except OSError as e:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
 
 
 async def _serve_watched(server: Any, supervisor: Supervisor) -> None:
