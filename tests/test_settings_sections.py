@@ -11,6 +11,7 @@ import pytest
 from parley.config import load_settings
 from parley.errors import ConfigurationError
 from parley.settings_aliases import ALIASES
+from parley.tiers import default_tiers
 
 TOML = """
 database_url = "postgresql://file@h/db"
@@ -80,3 +81,24 @@ def test_every_former_name_points_at_a_field_that_exists() -> None:
     settings = load_settings()
     for name, (section, field) in ALIASES.items():
         assert hasattr(getattr(settings, section), field), name
+
+
+def test_one_field_of_a_default_tier_changes_only_that_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 46, item 7: the README's `PARLEY_TIERS__FREE__BURST_TOKENS=5000` keeps the
+    rest of the free tier and the other tiers; a tier given whole is taken as given."""
+    monkeypatch.setenv("PARLEY_TIERS__FREE__BURST_TOKENS", "5000")
+    tiers = load_settings().qos.tiers
+    defaults = default_tiers()
+    assert list(tiers) == list(defaults)
+    assert tiers["free"].burst_tokens == 5000
+    assert tiers["free"].model_dump(exclude={"burst_tokens"}) == defaults["free"].model_dump(
+        exclude={"burst_tokens"}
+    )
+    assert tiers["pro"] == defaults["pro"]
+    monkeypatch.delenv("PARLEY_TIERS__FREE__BURST_TOKENS")
+    gold = {"priority": 5, "tokens_per_minute": 1, "burst_tokens": 1,
+            "max_concurrent_runs": 1, "max_output_tokens": 10}  # fmt: skip
+    only = load_settings(qos={"tiers": {"gold": gold}, "default_tier": "gold"}).qos.tiers
+    assert list(only) == ["gold"] and only["gold"].priority == 5

@@ -4,9 +4,14 @@ read): the service tiers, and how admission queues and sheds runs."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from parley.tiers import TierSettings, default_tiers
+
+
+REQUIRED = {n for n, f in TierSettings.model_fields.items() if f.is_required()}
 
 
 class QosSettings(BaseModel):
@@ -23,6 +28,23 @@ class QosSettings(BaseModel):
     load_window_seconds: float = Field(
         default=30, gt=0, le=300, description="How far back a model's drain rate looks."
     )
+
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _over_defaults(cls, given: Any) -> Any:
+        """A default tier named with only some fields (``PARLEY_TIERS__FREE__BURST_TOKENS=
+        5000``) takes the rest from that default; when every tier given is such a change, the
+        other default tiers stay. A tier given whole is taken as given."""
+        if not isinstance(given, dict) or not given:
+            return given
+        defaults = {n: t.model_dump() for n, t in default_tiers().items()}
+        changes = {
+            name: {**defaults[name], **tier}
+            for name, tier in given.items()
+            if isinstance(tier, dict) and name in defaults and not REQUIRED <= set(tier)
+        }
+        merged = {**given, **changes}
+        return {**defaults, **merged} if len(changes) == len(given) else merged
 
     @model_validator(mode="after")
     def _tiers(self) -> QosSettings:
