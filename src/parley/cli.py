@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("parley")
 
-SERVERS = {"serve", "api", "worker", "engine"}
+SERVERS = {"serve", "api", "worker", "engine", "migrate"}  # logged at INFO: it is their work
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 DESCRIPTION = (
@@ -133,7 +133,8 @@ _SETTINGS_FLAGS = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # an operator's command prints its answer, not the migrations it ran on the way
+    # an operator's command prints its answer, not the migrations it ran on the way (migrate
+    # and the servers log their work at INFO)
     args.log_level = args.log_level or ("INFO" if args.command in SERVERS else "WARNING")
     logs.hold(args.log_level)  # the settings choose the format, and log while they load
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

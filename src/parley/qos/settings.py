@@ -10,7 +10,6 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from parley.tiers import TierSettings, default_tiers
 
-
 REQUIRED = {n for n, f in TierSettings.model_fields.items() if f.is_required()}
 
 
@@ -41,7 +40,7 @@ class QosSettings(BaseModel):
         changes = {
             name: {**defaults[name], **tier}
             for name, tier in given.items()
-            if isinstance(tier, dict) and name in defaults and not REQUIRED <= set(tier)
+            if isinstance(tier, dict) and name in defaults and not set(tier) >= REQUIRED
         }
         merged = {**given, **changes}
         return {**defaults, **merged} if len(changes) == len(given) else merged

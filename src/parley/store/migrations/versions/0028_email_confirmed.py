@@ -1,5 +1,4 @@
-"""users.email_confirmed_at: when the user followed the mailed confirmation link (the
-accounts there before count as confirmed)
+"""users.email_confirmed_at: when the mailed link was followed (earlier accounts: confirmed)
 
 Revision ID: 0028
 Revises: 0027
