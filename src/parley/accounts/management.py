@@ -123,8 +123,12 @@ class Management:
     async def _record(
         self, s: AsyncSession, actor: Actor, action: AuditAction, user: User, detail: dict[str, Any]
     ) -> None:
-        event = AuditEvent(action, actor, "user", user.id, {"email": user.email, **detail})
-        await self._audit.record_in(s, event)
+        await self._audit.record_in(s, about_user(action, actor, user, detail))
+
+
+def about_user(action: AuditAction, actor: Actor, user: User, detail: dict[str, Any]) -> AuditEvent:
+    """An event about a user (the target), their email kept with it: every account change's."""
+    return AuditEvent(action, actor, "user", user.id, {"email": user.email, **detail})
 
 
 def _applied(user: User, change: UserChange) -> list[tuple[AuditAction, dict[str, Any]]]:

@@ -20,12 +20,13 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.login import SSO_ONLY, Login
+from parley.accounts.management import about_user
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
 from parley.accounts.settings import AccountSettings
 from parley.accounts.throttle import AccountThrottles
 from parley.accounts.tokens import hash_token
-from parley.audit.actions import Actor, AuditAction, AuditEvent
+from parley.audit.actions import Actor, AuditAction
 from parley.audit.log import AuditLog
 from parley.domain import utcnow
 from parley.errors import (
@@ -258,8 +259,7 @@ class Recovery:
         actor: Actor,
         detail: dict[str, object],
     ) -> None:
-        event = AuditEvent(action, actor, "user", user.id, {"email": user.email, **detail})
-        await self._audit.record_in(s, event)
+        await self._audit.record_in(s, about_user(action, actor, user, detail))
 
 
 def _has_password(user: User) -> None:

@@ -16,8 +16,8 @@ from scim2_models import Resource, UniquenessException
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.claim_rules import apply_rules
-from parley.accounts.management import Management, UserChange
-from parley.audit.actions import Actor, AuditAction, AuditEvent
+from parley.accounts.management import Management, UserChange, about_user
+from parley.audit.actions import Actor, AuditAction
 from parley.scim.resources import USER
 from parley.scim.settings import OnDelete, ScimSettings
 from parley.store import credentials, scim, users
@@ -155,8 +155,7 @@ class Provisioning:
     async def _record(
         self, s: AsyncSession, action: AuditAction, user: User, detail: dict[str, Any]
     ) -> None:
-        event = AuditEvent(action, ACTOR, "user", user.id, {"email": user.email, **detail})
-        await self._manage.audit.record_in(s, event)
+        await self._manage.audit.record_in(s, about_user(action, ACTOR, user, detail))
 
 
 def sign_in_name(body: dict[str, Any]) -> str:
