@@ -14,6 +14,7 @@ from parley.accounts.login import SSO_ONLY, Login
 from parley.accounts.oidc import OidcSignIn
 from parley.accounts.passwords import Passwords
 from parley.accounts.policy import check_password
+from parley.accounts.preferences import UNCHANGED, Preferences
 from parley.accounts.principal import Principal
 from parley.accounts.recovery import CHANGED, UNCONFIRMED, Recovery, Unconfirmed
 from parley.accounts.settings import AccountSettings, ConfirmEmail
@@ -21,7 +22,7 @@ from parley.accounts.throttle import AccountThrottles
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.audit.context import here
 from parley.audit.log import AuditLog
-from parley.domain import CredentialKind, Theme, UserRole, is_id, utcnow
+from parley.domain import CredentialKind, UserRole, is_id, utcnow
 from parley.errors import (
     InvalidRequest,
     PermissionDenied,
@@ -324,12 +325,12 @@ class Accounts:
     def _may_sign_in(self, user: User) -> bool:
         return self._confirmed(user) or self._settings.confirm_email is not ConfirmEmail.SIGNIN
 
-    async def me(self, principal: Principal, theme: Theme | None = None) -> User:
-        """The user's row (``theme``: their preference changed first)."""
+    async def me(self, principal: Principal, change: Preferences = UNCHANGED) -> User:
+        """The user's row (``change``: their preferences changed first)."""
         async with self._db.transaction() as s:
             user = await users.get_user(s, principal.user_id)
-            if user is not None and theme is not None:
-                user.theme, user.updated_at = theme.value, utcnow()
+            if user is not None:
+                change.apply(user)
         if user is None:
             raise Unauthenticated("the account no longer exists", code="invalid_token")
         return user

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from parley.api.schemas import Strict
+from parley.api.schemas import Instructions, Strict
 from parley.domain import Theme
 
 
@@ -22,8 +22,13 @@ class ChallengeOut(BaseModel):
     signature: str
 
 
-class Preferences(Strict):
-    theme: Theme
+class PreferencesIn(Strict):
+    """Any of these; what is left out stays as it is."""
+
+    theme: Theme | None = None
+    instructions: Instructions | None = Field(
+        None, description='What every answer of yours heeds (added to its prompt); "" clears them.'
+    )
 
 
 class ConfirmFirst(BaseModel):

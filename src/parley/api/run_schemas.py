@@ -106,7 +106,12 @@ class PromptParts(BaseModel):
     budget_tokens: int = Field(
         description="Window less the answer's allowance, within the tier's cap."
     )
-    system_tokens: int = Field(description="The system prompt (and the message around it).")
+    system_tokens: int = Field(
+        description="The system prompt and custom instructions (and the message around them)."
+    )
+    instructions: list[str] = Field(
+        default_factory=list, description='Whose custom instructions it carried: "user", "chat".'
+    )
     summary_tokens: int
     summary_through_seq: int = Field(description="The summary covers messages 1..this (0: none).")
     snippet_tokens: int

@@ -9,7 +9,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field
 
 from parley.domain import (
     LEGACY_SCOPES,
-    ExportStatus,
     KeyScope,
     MessageRole,
     MessageStatus,
@@ -84,6 +83,7 @@ class UserOut(BaseModel):
     tier: str
     role: str = Field("user", description="user, auditor (reads the admin console) or admin.")
     theme: Theme = Field(Theme.SYSTEM, description="How the web client looks for them.")
+    instructions: str | None = Field(None, description="What every answer of theirs heeds.")
     created_at: datetime
 
 
@@ -216,8 +216,24 @@ class ChatCreate(Strict):
     )
 
 
+INSTRUCTIONS_CHARS = 4000
+Instructions = Annotated[Text, Field(max_length=INSTRUCTIONS_CHARS)]
+
+
 class ChatUpdate(Strict):
-    title: Annotated[Text, Field(min_length=1)]
+    """Any of these; what is left out stays as it is."""
+
+    title: Annotated[Text, Field(min_length=1)] | None = None
+    pinned: bool | None = Field(None, description="Pinned chats lead the list (?pinned=true).")
+    shelved: bool | None = Field(
+        None,
+        description="Archived by the user: out of the list, kept and searchable "
+        "(listed with ?shelved=true); false restores it.",
+    )
+    instructions: Instructions | None = Field(
+        None,
+        description='What every answer in this chat heeds (after the user\'s own); "" clears them.',
+    )
 
 
 class ChatOut(BaseModel):
@@ -233,6 +249,9 @@ class ChatOut(BaseModel):
         description="Set while the chat is archived: it reads as before (a little slower); "
         "a new message brings it back.",
     )
+    pinned_at: datetime | None = None
+    shelved_at: datetime | None = Field(None, description="When the user archived it.")
+    instructions: str | None = None
 
 
 class ChatDetail(ChatOut):
@@ -276,6 +295,17 @@ class AttachmentList(BaseModel):
     data: list[AttachmentOut]
 
 
+class FeedbackIn(Strict):
+    rating: Literal["up", "down"]
+    note: Annotated[Text, Field(max_length=2000)] | None = None
+
+
+class FeedbackOut(BaseModel):
+    rating: Literal["up", "down"]
+    note: str | None = None
+    updated_at: datetime
+
+
 class MessageOut(BaseModel):
     id: str
     object: Literal["message"] = "message"
@@ -315,6 +345,8 @@ class MessageOut(BaseModel):
     attachments: list[AttachmentOut] = Field(
         default_factory=list, description="The files sent with a user's message."
     )
+    cut: bool = Field(False, description="An answer that ended at its token limit (continuable).")
+    feedback: FeedbackOut | None = Field(None, description="The user's rating of this answer.")
 
 
 class MessageList(BaseModel):
@@ -351,46 +383,3 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str]
-
-
-class ExportOut(BaseModel):
-    """An export of all the user's chats: a zip of ``parley-export.json`` (every message
-    and run's metadata) and one Markdown file per chat."""
-
-    id: str
-    object: Literal["export"] = "export"
-    status: ExportStatus
-    chats: int | None = None
-    messages: int | None = None
-    bytes: int | None = None
-    error: str | None = None
-    created_at: datetime
-    finished_at: datetime | None = None
-    expires_at: datetime | None = Field(default=None, description="The file is deleted then.")
-    download_url: str | None = Field(
-        default=None,
-        description="Once ready: a link that needs no session, valid until "
-        "download_url_expires_at (minutes); GET this export again for a fresh one.",
-    )
-    download_url_expires_at: datetime | None = None
-
-
-class ExportList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ExportOut]
-
-
-class ImportOut(BaseModel):
-    object: Literal["import"] = "import"
-    source: str = Field(description="parley or chatgpt: what the file was read as")
-    chats: int
-    messages: int
-    chat_ids: list[str]
-    skipped: int = Field(0, description="chats of the file imported before: not added again")
-    skipped_chat_ids: list[str] = Field(
-        default_factory=list, description="the chats that already hold the skipped ones"
-    )
-
-
-class AccountDelete(Strict):
-    password: Annotated[Text, Field(min_length=1, max_length=1024)]

@@ -101,6 +101,27 @@ class Fixed:
     summary: str | None
     summary_through_seq: int  # the last message the summary covers; 0: no summary
     summary_shown: bool = True  # False: too long for this run's budget (left out)
+    instructions: Instructions | None = None  # the user's and the chat's own
+
+
+@dataclass(frozen=True, slots=True)
+class Instructions:
+    """Custom instructions: the user's (every chat) and the chat's own."""
+
+    user: str | None = None
+    chat: str | None = None
+
+    @property
+    def sources(self) -> list[str]:
+        return [name for name, text in (("user", self.user), ("chat", self.chat)) if text]
+
+    def text(self) -> str:
+        parts = []
+        if self.user:
+            parts.append(f"The user's instructions for every answer:\n{self.user}")
+        if self.chat:
+            parts.append(f"The user's instructions for this conversation:\n{self.chat}")
+        return "\n\n".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +145,8 @@ class Composition:
     engine's exact count) and which messages."""
 
     budget_tokens: int
-    system_tokens: int = 0
+    system_tokens: int = 0  # the system prompt's and the custom instructions'
+    instructions: list[str] = field(default_factory=list)  # whose: "user", "chat"
     summary_tokens: int = 0
     summary_through_seq: int = 0
     snippet_tokens: int = 0
@@ -150,6 +172,8 @@ class Assembled:
 def system_text(fixed: Fixed) -> str:
     """The system message: the system prompt, then the summary of the earlier turns."""
     parts = [fixed.system_prompt] if fixed.system_prompt else []
+    if fixed.instructions is not None and fixed.instructions.sources:
+        parts.append(fixed.instructions.text())
     if fixed.summary and fixed.summary_shown:
         parts.append(
             f"Summary of this conversation's earlier messages (1 to {fixed.summary_through_seq}):"
@@ -280,6 +304,7 @@ def compose(
     parts = Composition(
         budget_tokens=limits.budget,
         system_tokens=system[0],
+        instructions=fixed.instructions.sources if fixed.instructions else [],
         summary_tokens=system[1],
         summary_through_seq=fixed.summary_through_seq if fixed.summary_shown else 0,
         snippet_tokens=sum(t.tokens for t in snippets),

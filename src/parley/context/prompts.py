@@ -21,12 +21,14 @@ from parley.context.assembly import (
     PROMPT_OVERHEAD,
     Assembled,
     Fixed,
+    Instructions,
     Limits,
     NewMessage,
     Turn,
     compose,
     pick_snippets,
     refuse_too_long,
+    system_text,
     window_start,
 )
 from parley.context.attachments import attached, files_text
@@ -190,7 +192,10 @@ class ChatContext:
             # the files sent with earlier questions and made by earlier answers' tools
             with_files = [row.seq for row in rows if row.role in FILE_ROLES]
             files = await attached(s, chat, new.seq, new.attachment_ids, with_files)
-        fixed = Fixed(self._system_prompt(new.model), summary.text, summary.through_seq)
+            mine = Instructions(*await prompts.instructions(s, chat))
+        fixed = Fixed(
+            self._system_prompt(new.model), summary.text, summary.through_seq, instructions=mine
+        )
         system = await self._system_tokens(new.model, fixed)
         limits = await self.limits(new.model, new.tier, new.max_tokens)
         content = new.content + await files_text(  # (context/attachments.py)
@@ -270,10 +275,9 @@ class ChatContext:
         """The system message's tokens without the summary (its overhead included), and the
         summary's."""
         counter = await self.counter()
-        prompt, summary = await counter.count_texts_async(
-            model, [fixed.system_prompt or "", fixed.summary or ""]
-        )
-        has_system = bool(fixed.system_prompt or fixed.summary)
+        system = system_text(replace(fixed, summary=None))
+        prompt, summary = await counter.count_texts_async(model, [system, fixed.summary or ""])
+        has_system = bool(system or fixed.summary)
         return (
             prompt + MESSAGE_OVERHEAD if has_system else 0,
             summary + SUMMARY_HEADING if fixed.summary else 0,

@@ -80,6 +80,7 @@ class _EdgeMetrics:
     downgraded: Counter
     open_streams: Gauge
     resumes: Counter
+    feedback: Counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,12 @@ def _edge_metrics(reg: CollectorRegistry | None) -> _EdgeMetrics:
         ),
         resumes=Counter(
             "parley_stream_resumes", "Streams opened with a Last-Event-ID.", registry=reg
+        ),
+        feedback=Counter(
+            "parley_feedback",
+            "Ratings users gave answers (each given or changed), by the answer's model.",
+            ["model", "rating"],
+            registry=reg,
         ),
     )
 
@@ -244,6 +251,9 @@ class Metrics:
 
     def run_admitted(self, run: Run) -> None:
         self._runs.admitted.labels(run.model, run.tier).inc()
+
+    def feedback_given(self, model: str | None, rating: str) -> None:
+        self._edge.feedback.labels(model or "", rating).inc()
 
     def run_downgraded(self, tier: str, requested: str, model: str) -> None:
         self._edge.downgraded.labels(tier, requested, model).inc()

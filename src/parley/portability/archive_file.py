@@ -15,7 +15,7 @@ from parley.archive.archiver import Archiver
 from parley.domain import utcnow
 from parley.portability.document import EXPORT_FILE_NAME, ChatDocument, chat_document, export_json
 from parley.portability.markdown import chat_markdown, markdown_name
-from parley.store import users
+from parley.store import feedback, users
 from parley.store.database import Database
 from parley.store.exports import export_rows
 
@@ -58,7 +58,8 @@ async def _chats(
             if archived:
                 rows = await archiver.read(chat)
                 messages, runs = rows.messages, rows.runs
-            doc = chat_document(chat, messages, runs, archived=archived)
+            rated = await feedback.of_chat(s, user_id=user_id, chat_id=chat.id)
+            doc = chat_document(chat, messages, runs, archived=archived, feedback=rated)
             zf.writestr(f"markdown/{markdown_name(doc)}", chat_markdown(doc))
             written.chats += 1
             written.messages += len(doc.messages)

@@ -13,7 +13,7 @@ kept, ids not (the store gives new ones: an imported id could be another user's)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -22,7 +22,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
 from parley.store.parts import MessageParts
-from parley.store.schema import Chat, Message, Run, User
+from parley.store.schema import Chat, Feedback, Message, Run, User
 from parley.text import storable
 
 EXPORT_FORMAT: Final = "parley.export"
@@ -43,6 +43,7 @@ class UserDocument(_Document):
     email: str
     tier: str
     created_at: AwareDatetime
+    instructions: str | None = None  # custom instructions for every answer
 
 
 class RunDocument(_Document):
@@ -80,6 +81,11 @@ class ToolCallDocument(_Document):
     function: FunctionDocument
 
 
+class FeedbackDocument(_Document):
+    rating: Literal["up", "down"]
+    note: str | None = None
+
+
 class MessageDocument(_Document):
     id: str
     seq: int
@@ -98,6 +104,7 @@ class MessageDocument(_Document):
     run_id: str | None = None
     # the message before it on its branch (edits and regenerated answers are siblings)
     parent_id: str | None = None
+    feedback: FeedbackDocument | None = None  # the user's rating of an answer
 
 
 class ChatDocument(_Document):
@@ -107,6 +114,9 @@ class ChatDocument(_Document):
     updated_at: AwareDatetime
     last_activity_at: AwareDatetime
     archived: bool = False
+    pinned: bool = False
+    shelved: bool = False  # archived by the user (out of the list)
+    instructions: str | None = None  # custom instructions for this chat
     active_leaf_id: str | None = None  # the branch shown ends here
     messages: list[MessageDocument]
     runs: list[RunDocument] = []
@@ -121,11 +131,19 @@ class ExportDocument(_Document):
 
 
 def user_document(user: User) -> UserDocument:
-    return UserDocument(id=user.id, email=user.email, tier=user.tier, created_at=user.created_at)
+    return UserDocument(
+        id=user.id,
+        email=user.email,
+        tier=user.tier,
+        created_at=user.created_at,
+        instructions=user.instructions,
+    )
 
 
-def message_document(message: Message) -> MessageDocument:
+def message_document(message: Message, feedback: Feedback | None = None) -> MessageDocument:
     parts = MessageParts.from_json(message.parts).wire()
+    rating = "up" if feedback is not None and feedback.rating > 0 else "down"
+    said = None if feedback is None else FeedbackDocument(rating=rating, note=feedback.note)
     return MessageDocument(
         id=message.id,
         seq=message.seq,
@@ -138,6 +156,7 @@ def message_document(message: Message) -> MessageDocument:
         created_at=message.created_at,
         run_id=message.run_id,
         parent_id=message.parent_id,
+        feedback=said,
     )
 
 
@@ -166,7 +185,12 @@ def run_document(run: Run) -> RunDocument:
 
 
 def chat_document(
-    chat: Chat, messages: Sequence[Message], runs: Sequence[Run], *, archived: bool
+    chat: Chat,
+    messages: Sequence[Message],
+    runs: Sequence[Run],
+    *,
+    archived: bool,
+    feedback: Mapping[str, Feedback] | None = None,
 ) -> ChatDocument:
     """The chat as exported: its messages by ``seq``, its runs by time (summary runs left
     out: parley's own, not the user's)."""
@@ -177,8 +201,14 @@ def chat_document(
         updated_at=chat.updated_at,
         last_activity_at=chat.last_activity_at,
         archived=archived,
+        pinned=chat.pinned_at is not None,
+        shelved=chat.shelved_at is not None,
+        instructions=chat.instructions,
         active_leaf_id=chat.active_leaf_id,
-        messages=[message_document(m) for m in sorted(messages, key=lambda m: m.seq)],
+        messages=[
+            message_document(m, (feedback or {}).get(m.id))
+            for m in sorted(messages, key=lambda m: m.seq)
+        ],
         runs=[
             run_document(r)
             for r in sorted(runs, key=lambda r: (r.created_at, r.id))
@@ -223,6 +253,7 @@ class ImportedMessage:
     model: str | None = None  # an answer's model, when the source names it
     source_id: str | None = None  # its id in the export (a parley export's tree)
     parent_source_id: str | None = None
+    feedback: tuple[int, str | None] | None = None  # the user's rating (+1/-1) and note
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +268,9 @@ class ImportedChat:
     # (ChatGPT's shown branch, an older export) one branch in order
     tree: bool = False
     active_source_id: str | None = None
+    pinned: bool = False
+    shelved: bool = False
+    instructions: str | None = None
 
 
 ImportSource = Literal["parley", "chatgpt"]
@@ -263,6 +297,9 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
         source_id=doc.id,
         tree=any(m.parent_id for m in doc.messages),
         active_source_id=doc.active_leaf_id,
+        pinned=doc.pinned,
+        shelved=doc.shelved,
+        instructions=storable(doc.instructions) if doc.instructions else None,
         messages=tuple(
             ImportedMessage(
                 role=m.role,
@@ -275,7 +312,14 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
                 model=m.model,
                 source_id=m.id,
                 parent_source_id=m.parent_id,
+                feedback=_rating(m.feedback),
             )
             for m in sorted(doc.messages, key=lambda m: m.seq)
         ),
     )
+
+
+def _rating(said: FeedbackDocument | None) -> tuple[int, str | None] | None:
+    if said is None:
+        return None
+    return (1 if said.rating == "up" else -1, storable(said.note) if said.note else None)

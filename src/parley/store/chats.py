@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -12,7 +13,7 @@ from parley.domain import is_id, new_id, utcnow
 from parley.errors import Conflict, NotFound, no_such
 from parley.store import branches
 from parley.store.pages import Cursors, Page, invalid_cursor, page_of
-from parley.store.schema import Chat, Message, Run
+from parley.store.schema import Chat, Feedback, Message, Run
 
 Order = Literal["asc", "desc"]
 
@@ -65,11 +66,30 @@ async def get_message(s: AsyncSession, *, user_id: str, chat_id: str, message_id
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Shelf:
+    """Which of a user's chats a listing shows: those on the shelf (the UI's archive) or not;
+    pinned ones only, when ``pinned``."""
+
+    shelved: bool = False
+    pinned: bool = False
+
+
 async def list_chats(
-    s: AsyncSession, *, user_id: str, limit: int, cursor: str | None, cursors: Cursors
+    s: AsyncSession,
+    *,
+    user_id: str,
+    limit: int,
+    cursor: str | None,
+    cursors: Cursors,
+    shelf: Shelf = Shelf(),
 ) -> Page[Chat]:
     """The user's chats, most recent activity first."""
     query = select(Chat).where(Chat.user_id == user_id)
+    shelved = Chat.shelved_at.is_not(None)
+    query = query.where(shelved if shelf.shelved else ~shelved)
+    if shelf.pinned:
+        query = query.where(Chat.pinned_at.is_not(None))
     if cursor is not None:
         at, last_id = chats_after(cursors, cursor)
         query = query.where(
@@ -97,10 +117,28 @@ def chats_after(cursors: Cursors, cursor: str) -> tuple[datetime, str]:
     raise invalid_cursor()
 
 
-async def rename_chat(s: AsyncSession, *, user_id: str, chat_id: str, title: str) -> Chat:
+@dataclass(frozen=True, slots=True)
+class ChatChange:
+    """What a user changes of a chat (None: left as it is; instructions "" clears them)."""
+
+    title: str | None = None
+    pinned: bool | None = None
+    shelved: bool | None = None
+    instructions: str | None = None
+
+
+async def change_chat(s: AsyncSession, *, user_id: str, chat_id: str, change: ChatChange) -> Chat:
     chat = await get_chat(s, user_id=user_id, chat_id=chat_id)
-    chat.title = title
-    chat.updated_at = utcnow()
+    now = utcnow()
+    if change.title is not None:
+        chat.title = change.title
+    if change.pinned is not None:
+        chat.pinned_at = now if change.pinned else None
+    if change.shelved is not None:
+        chat.shelved_at = now if change.shelved else None
+    if change.instructions is not None:
+        chat.instructions = change.instructions or None
+    chat.updated_at = now
     await s.flush()
     return chat
 
@@ -109,7 +147,7 @@ async def delete_chat(s: AsyncSession, *, user_id: str, chat_id: str) -> str | N
     """Delete the chat and its rows; its archive's key, if it was archived."""
     chat = await get_chat(s, user_id=user_id, chat_id=chat_id)
     key = chat.archive_key
-    for table in (Run, Message):
+    for table in (Run, Message, Feedback):
         await s.execute(delete(table).where(table.user_id == user_id, table.chat_id == chat_id))
     await s.execute(delete(Chat).where(Chat.user_id == user_id, Chat.id == chat_id))
     return key

@@ -27,7 +27,7 @@ from parley.domain import new_id
 from parley.portability.document import ImportBatch, ImportedChat, ImportedMessage
 from parley.store.chats import new_message_id
 from parley.store.parts import MessageParts
-from parley.store.schema import Chat, Message
+from parley.store.schema import Chat, Feedback, Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,7 @@ async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> 
     skipped: list[str] = []
     chat_rows: list[dict[str, Any]] = []
     message_rows: list[dict[str, Any]] = []
+    ratings: list[dict[str, Any]] = []
     for imported, key in zip(batch.chats, keys, strict=True):
         if key in held:
             skipped.append(held[key])
@@ -66,11 +67,14 @@ async def import_chats(s: AsyncSession, *, user_id: str, batch: ImportBatch) -> 
         chat_ids.append(chat["id"])
         chat_rows.append(chat)
         message_rows += messages
+        ratings += _ratings(imported, messages)
     # ORM bulk inserts (one statement a table, executemany): no unit of work per row
     if chat_rows:
         await s.execute(insert(Chat), chat_rows)
     if message_rows:
         await s.execute(insert(Message), message_rows)
+    if ratings:
+        await s.execute(insert(Feedback), ratings)
     return ImportResult(
         chat_ids=tuple(chat_ids), messages=len(message_rows), skipped_chat_ids=tuple(skipped)
     )
@@ -135,6 +139,9 @@ def _rows(
         "last_activity_at": max(times, default=imported.created_at),
         "active_leaf_id": leaf,
         "import_key": key,
+        "pinned_at": imported.updated_at if imported.pinned else None,
+        "shelved_at": imported.updated_at if imported.shelved else None,
+        "instructions": imported.instructions,
     }
     messages = [
         _message_row(m, user_id, chat_id, seq, message_id, parent)
@@ -143,6 +150,24 @@ def _rows(
         )
     ]
     return chat, messages
+
+
+def _ratings(imported: ImportedChat, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The feedback rows of a chat's rated answers (``rows``: its messages' new rows)."""
+    return [
+        {
+            "message_id": row["id"],
+            "user_id": row["user_id"],
+            "chat_id": row["chat_id"],
+            "rating": m.feedback[0],
+            "note": m.feedback[1],
+            "model": m.model,
+            "created_at": m.created_at,
+            "updated_at": m.created_at,
+        }
+        for m, row in zip(imported.messages, rows, strict=True)
+        if m.feedback is not None
+    ]
 
 
 def _message_row(

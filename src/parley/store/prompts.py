@@ -17,7 +17,7 @@ from parley.domain import MessageRole, in_prompt
 from parley.engines.interface import ChatMessage
 from parley.store import branches, chats, run_records
 from parley.store.parts import MessageParts, prompt_message
-from parley.store.schema import Message
+from parley.store.schema import Chat, Message, User
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +109,15 @@ async def prompt_of_chat(
         if in_prompt(role, status, text)
     ]
     return [*earlier, ChatMessage(MessageRole.USER.value, content)]
+
+
+async def instructions(s: AsyncSession, chat: ChatRef) -> tuple[str | None, str | None]:
+    """The custom instructions a prompt of this chat carries: the user's, the chat's."""
+    row = (
+        await s.execute(
+            select(User.instructions, Chat.instructions)
+            .join(Chat, Chat.user_id == User.id)
+            .where(User.id == chat.user_id, Chat.id == chat.chat_id)
+        )
+    ).first()
+    return (row[0], row[1]) if row is not None else (None, None)

@@ -57,6 +57,18 @@ async def errors_of(
     return {run_id: (code or "", message or "") for run_id, code, message in rows}
 
 
+async def cut_at_limit(s: AsyncSession, *, user_id: str, run_ids: list[str]) -> set[str]:
+    """Which of these runs ended at their token limit (finish reason ``length``)."""
+    if not run_ids:
+        return set()
+    rows = await s.scalars(
+        select(Run.id).where(
+            Run.user_id == user_id, Run.id.in_(run_ids), Run.finish_reason == "length"
+        )
+    )
+    return set(rows)
+
+
 async def find_by_idempotency_key(
     s: AsyncSession, *, user_id: str, key: str, since: datetime
 ) -> Run | None:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -106,6 +107,8 @@ class User(Base):
     theme: Mapped[str] = mapped_column(String(10), default="system", server_default="system")
     # when the user followed the mailed link (accounts.confirm_email); None: not (yet)
     email_confirmed_at: Mapped[datetime | None]
+    # what the user asks of every answer (the account page; added to each prompt's system)
+    instructions: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -177,6 +180,11 @@ class Chat(Base):
     active_leaf_id: Mapped[str | None] = mapped_column(ID)
     # an imported chat: ``<source>:<its id there>`` (re-importing the file skips it)
     import_key: Mapped[str | None] = mapped_column(String(300))
+    # the user's own: pinned to the top of the list; shelved (the UI's "Archive": out of the
+    # list, kept and searchable, unlike archived_at's storage move); what its answers heed
+    pinned_at: Mapped[datetime | None]
+    shelved_at: Mapped[datetime | None]
+    instructions: Mapped[str | None] = mapped_column(Text)
 
 
 class Message(Base):
@@ -333,3 +341,20 @@ class Attachment(Base):
     blob_key: Mapped[str] = mapped_column(String(300))
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
+
+
+class Feedback(Base):
+    """A user's rating of one answer (+1 or -1) with an optional note; the answer's model
+    is kept so feedback counts by model after the message is gone."""
+
+    __tablename__ = "message_feedback"
+    __table_args__ = (Index("ix_message_feedback_user_chat", "user_id", "chat_id"),)
+
+    message_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    chat_id: Mapped[str] = mapped_column(ID)
+    rating: Mapped[int] = mapped_column(SmallInteger)
+    note: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

@@ -9,8 +9,9 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request, Response, status
 
 from parley.accounts.login import Login
+from parley.accounts.preferences import Preferences
 from parley.accounts.settings import ConfirmEmail
-from parley.api.account_schemas import ChallengeOut, ConfirmFirst, Preferences
+from parley.api.account_schemas import ChallengeOut, ConfirmFirst, PreferencesIn
 from parley.api.deps import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -175,9 +176,10 @@ async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
 
 
 @router.patch("/me", response_model=UserOut, responses=errors(*AUTHED, *BODY))
-async def preferences(body: Preferences, who: SessionPrincipalDep, svc: ServicesDep) -> UserOut:
-    """The user's preferences: `theme` (`system`, `light` or `dark`), for every device."""
-    user = await svc.accounts.me(who, theme=body.theme)
+async def preferences(body: PreferencesIn, who: SessionPrincipalDep, svc: ServicesDep) -> UserOut:
+    """The user's preferences, for every device: `theme` (`system`, `light` or `dark`) and
+    `instructions` (custom instructions every answer heeds)."""
+    user = await svc.accounts.me(who, Preferences(body.theme, body.instructions))
     return UserOut.model_validate(user, from_attributes=True)
 
 

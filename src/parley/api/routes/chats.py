@@ -12,6 +12,7 @@ from parley import text
 from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.attachments import attachments_of, with_files
+from parley.api.routes.feedback import with_feedback
 from parley.api.schemas import (
     ChatCreate,
     ChatDetail,
@@ -58,12 +59,18 @@ async def create_chat(body: ChatCreate, who: PrincipalDep, svc: ServicesDep) -> 
 
 @router.get("", response_model=ChatList, responses=errors(400, *AUTHED, 422))
 async def list_chats(
-    who: PrincipalDep, svc: ServicesDep, limit: LimitDep, cursor: CursorQuery = None
+    who: PrincipalDep,
+    svc: ServicesDep,
+    limit: LimitDep,
+    cursor: CursorQuery = None,
+    shelved: Annotated[bool, Query(description="The chats the user archived instead")] = False,
+    pinned: Annotated[bool, Query(description="Only the pinned chats")] = False,
 ) -> ChatList:
     """The user's chats, most recent activity first, paged by cursor."""
+    shelf = chats.Shelf(shelved=shelved, pinned=pinned)
     async with svc.reads.session(who.user_id) as s:
         page = await chats.list_chats(
-            s, user_id=who.user_id, limit=limit, cursor=cursor, cursors=svc.cursors
+            s, user_id=who.user_id, limit=limit, cursor=cursor, cursors=svc.cursors, shelf=shelf
         )
     return ChatList(
         data=[ChatOut.model_validate(c, from_attributes=True) for c in page.items],
@@ -79,12 +86,18 @@ async def get_chat(chat_id: str, who: PrincipalDep, svc: ServicesDep) -> ChatDet
 
 
 @router.patch("/{chat_id}", response_model=ChatOut, responses=errors(*AUTHED, 404, *BODY))
-async def rename_chat(
+async def change_chat(
     chat_id: str, body: ChatUpdate, who: PrincipalDep, svc: ServicesDep
 ) -> ChatOut:
-    title = _title(body.title, svc.settings.runs.max_title_chars, allow_empty=False)
+    """Rename, pin, archive (``shelved``) or instruct the chat."""
+    title = body.title
+    if title is not None:
+        title = _title(title, svc.settings.runs.max_title_chars, allow_empty=False)
+    change = chats.ChatChange(title, body.pinned, body.shelved, body.instructions)
+    if change == chats.ChatChange():
+        raise ValidationFailed("nothing to change", code="empty_change", param="title")
     async with svc.db.transaction() as s:
-        chat = await chats.rename_chat(s, user_id=who.user_id, chat_id=chat_id, title=title)
+        chat = await chats.change_chat(s, user_id=who.user_id, chat_id=chat_id, change=change)
     return ChatOut.model_validate(chat, from_attributes=True)
 
 
@@ -130,16 +143,19 @@ async def list_messages(
             )
             failed = [m.run_id for m in page.items if m.run_id and m.status in _ENDED_BADLY]
             errors = await run_records.errors_of(s, user_id=who.user_id, run_ids=failed)
+            done = [m.run_id for m in page.items if m.run_id and m.status in _MAYBE_CUT]
+            cut = await run_records.cut_at_limit(s, user_id=who.user_id, run_ids=done)
     if chat.archived_at is not None:
-        page, errors, tree = await _archived_page(svc, chat, limit, cursor, order)
-    data = [_message(m, errors, tree) for m in page.items]
+        page, errors, tree, cut = await _archived_page(svc, chat, limit, cursor, order)
+    data = [_message(m, errors, tree, cut) for m in page.items]
     await with_files(svc, who.user_id, data)  # (api/routes/attachments.py)
+    await with_feedback(svc, who.user_id, data)  # (api/routes/feedback.py)
     return MessageList(data=data, next_cursor=page.next_cursor)
 
 
 async def _archived_page(
     svc: Services, chat: Chat, limit: int, cursor: str | None, order: Order
-) -> tuple[Page[Message], dict[str, tuple[str, str]], branches.Tree]:
+) -> tuple[Page[Message], dict[str, tuple[str, str]], branches.Tree, set[str]]:
     """A page of an archived chat's history, read from its archive; its runs' errors."""
     archived = await svc.archiver.read(chat)
     nodes = [branches.Node(m.id, m.parent_id, m.seq) for m in archived.messages]
@@ -154,14 +170,19 @@ async def _archived_page(
         cursors=svc.cursors,
     )
     errors = {r.id: (r.error_code, r.error_message or "") for r in archived.runs if r.error_code}
-    return page, errors, tree
+    cut = {r.id for r in archived.runs if r.finish_reason == "length"}
+    return page, errors, tree, cut
 
 
 _ENDED_BADLY = frozenset({MessageStatus.FAILED, MessageStatus.REJECTED})
+_MAYBE_CUT = frozenset({MessageStatus.COMPLETED})
 
 
-def _message(m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree) -> MessageOut:
+def _message(
+    m: Message, errors: dict[str, tuple[str, str]], tree: branches.Tree, cut: set[str]
+) -> MessageOut:
     out = MessageOut.model_validate(m, from_attributes=True)
+    out.cut = m.role is MessageRole.ASSISTANT and (m.run_id or "") in cut
     parts = MessageParts.from_json(m.parts)
     out.reasoning, out.tool_call_id = parts.reasoning, parts.tool_call_id
     out.tool_calls = [c.wire() for c in parts.tool_calls] or None

@@ -9,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response, status
 
 from parley.api.deps import ClientAddressDep, PrincipalDep, ServicesDep, SessionPrincipalDep
+from parley.api.portability_schemas import AccountDelete, ExportList, ExportOut, ImportOut
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.auth import clear_cookies
-from parley.api.schemas import AccountDelete, Deleted, ExportList, ExportOut, ImportOut
+from parley.api.schemas import Deleted
 from parley.api.uploads import spooled, spooled_aside, while_connected
 from parley.audit.actions import Actor, AuditAction, AuditEvent
 from parley.blobs.settings import PortabilitySettings

@@ -360,6 +360,12 @@ export class Conversation {
     return view;
   }
 
+  /** Show the branch through a message (a search hit on a version not shown). */
+  async showBranchOf(messageId) {
+    await branchRequests.show(this.chatId, messageId);
+    await this.open(this.chatId);
+  }
+
   /** ‹ › between versions, edit, regenerate: each asks the server, then shows the chat again
    *  (the branch shown now, an answer under way rejoined). */
   branchActions() {

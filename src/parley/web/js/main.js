@@ -139,12 +139,11 @@ class App {
     this.sidebar.setActive(chatId);
     this.shares.setChat(chatId);
     this.closeDrawer();
+    this.notices.clear(); // what went wrong in the chat left behind is not about this one
     try {
       await this.conversation.open(chatId);
       const found = MESSAGE_HASH.exec(window.location.hash); // a search result's message
-      if (chatId && found && !(await revealMessage(this.conversation, found[1]))) {
-        this.notices.error(new Error("That message is on another branch of the chat."), "Not shown");
-      }
+      if (chatId && found) await this.reveal(chatId, found[1]);
     } catch (err) {
       if (err.status === 404) {
         this.notices.error(err, "That chat does not exist");
@@ -154,6 +153,16 @@ class App {
       }
     }
     this.prompt.focus();
+  }
+
+  /** Show a search hit's message: on another branch, that branch is shown first. */
+  async reveal(chatId, messageId) {
+    if (await revealMessage(this.conversation, messageId)) return;
+    if (this.conversation.chatId !== chatId) return;
+    await this.conversation.showBranchOf(messageId);
+    if (!(await revealMessage(this.conversation, messageId))) {
+      this.notices.error(new Error("That message is no longer in the chat."), "Not shown");
+    }
   }
 
   navigate(chatId, { replace = false, messageId = null } = {}) {

@@ -1,0 +1,64 @@
+"""Feedback on answers: thumbs up or down with an optional note, one per answer; shown with
+the message, in exports, and counted by model (``parley_feedback``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from parley.api.deps import PrincipalDep, ServicesDep
+from parley.api.routes import AUTHED, BODY, errors
+from parley.api.schemas import Deleted, FeedbackIn, FeedbackOut, MessageOut
+from parley.domain import MessageRole
+from parley.errors import ValidationFailed
+from parley.services import Services
+from parley.store import chats, feedback
+from parley.store.schema import Feedback
+
+router = APIRouter(prefix="/api/chats", tags=["chats"])
+PATH = "/{chat_id}/messages/{message_id}/feedback"
+RATINGS = {"up": 1, "down": -1}
+
+
+@router.put(PATH, response_model=FeedbackOut, responses=errors(*AUTHED, 404, *BODY))
+async def rate_answer(
+    chat_id: str, message_id: str, body: FeedbackIn, who: PrincipalDep, svc: ServicesDep
+) -> FeedbackOut:
+    """Rate an answer (again: the new rating replaces the old)."""
+    async with svc.db.transaction() as s:
+        message = await chats.get_message(
+            s, user_id=who.user_id, chat_id=chat_id, message_id=message_id
+        )
+        if message.role is not MessageRole.ASSISTANT:
+            raise ValidationFailed(
+                "only an answer can be rated", code="not_an_answer", param="message_id"
+            )
+        given = await feedback.rate(s, message, RATINGS[body.rating], body.note or None)
+    svc.metrics.feedback_given(given.model, body.rating)
+    return feedback_out(given)
+
+
+@router.delete(PATH, response_model=Deleted, responses=errors(*AUTHED, 404))
+async def clear_rating(
+    chat_id: str, message_id: str, who: PrincipalDep, svc: ServicesDep
+) -> Deleted:
+    async with svc.db.transaction() as s:
+        await chats.get_message(s, user_id=who.user_id, chat_id=chat_id, message_id=message_id)
+        await feedback.clear(s, user_id=who.user_id, message_id=message_id)
+    return Deleted(id=message_id, object="feedback")
+
+
+def feedback_out(given: Feedback) -> FeedbackOut:
+    rating = "up" if given.rating > 0 else "down"
+    return FeedbackOut(rating=rating, note=given.note, updated_at=given.updated_at)
+
+
+async def with_feedback(svc: Services, user_id: str, messages: list[MessageOut]) -> None:
+    """Each answer's rating on it (for the messages list)."""
+    answers = [m.id for m in messages if m.role is MessageRole.ASSISTANT]
+    if not answers:
+        return
+    async with svc.db.transaction() as s:
+        found = await feedback.of_messages(s, user_id=user_id, message_ids=answers)
+    for message in messages:
+        if message.id in found:
+            message.feedback = feedback_out(found[message.id])
