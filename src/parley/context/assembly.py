@@ -288,10 +288,8 @@ def compose(
     limits: Limits,
 ) -> Assembled:
     """The prompt's messages and what went into them (``total_tokens`` still estimated)."""
-    messages: list[ChatMessage] = []
     text = system_text(fixed)
-    if text:
-        messages.append(ChatMessage(MessageRole.SYSTEM.value, text))
+    messages = [ChatMessage(MessageRole.SYSTEM.value, text)] if text else []
     recent = history[start:]
     # a tool's result whose call was left out of the prompt cannot be sent alone
     shown = list(recent)
