@@ -73,9 +73,15 @@ $(BWRAP):
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
 	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null
 
-pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP)
+# axe-core (npm): the accessibility checks the browser tests run on every screen
+AXE_VERSION ?= 4.14.1
+AXE := build/axe/node_modules/axe-core/axe.min.js
+$(AXE):
+	npm install --silent --no-audit --no-fund --prefix build/axe axe-core@$(AXE_VERSION)
+
+pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
-		PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
+		PARLEY_TEST_AXE=$(AXE) PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
 
 # the two fuzzers run side by side, each one's output kept together
 fuzz: $(VENV)/.dev

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,19 @@ BLOB_KINDS = ("local", "s3")
 SLOW_TIMEOUT = 300  # seconds, for tests marked slow (the default is pyproject's ``timeout``)
 
 
+AXE_REPORTS = Path(__file__).resolve().parents[1] / "build" / "axe-report"
+_STARTED = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The accessibility report of this run (tests/e2e/test_accessibility.py), if it ran."""
+    reports = sorted(p for p in AXE_REPORTS.glob("*.txt") if p.stat().st_mtime >= _STARTED)
+    if reports:
+        terminalreporter.write_sep("-", "axe-core violations by impact, per screen")
+        for report in reports:
+            terminalreporter.write(report.read_text())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
@@ -80,7 +95,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    asyncio.run(reset_postgres(POSTGRES_URL))
+    # on a thread of its own: a browser test's Playwright may hold this thread's event loop
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, reset_postgres(POSTGRES_URL)).result()
     yield POSTGRES_URL
 
 

@@ -143,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if model is not None:
         overrides["builtin_engine"] = {"model": model}
     try:
-        settings = load_settings(**overrides)
+        # (the default secret is the servers' concern: an operator's command keeps quiet)
+        settings = load_settings(**overrides, warn_default_secret=args.command in SERVERS)
     except ConfigurationError as e:
         logs.configure(args.log_format or logs.LogFormat.AUTO, args.log_level)
         print(f"parley: {e}", file=sys.stderr)

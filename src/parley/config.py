@@ -148,14 +148,14 @@ class Settings(BaseSettings):
         return self
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(*, warn_default_secret: bool = True, **overrides: Any) -> Settings:
     """Build and validate the settings; raise ConfigurationError with a readable reason."""
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         reasons = "; ".join(f"{_named(err['loc'])}: {err['msg']}" for err in e.errors())
         raise ConfigurationError(f"invalid settings: {reasons}") from e
-    if settings.secret_key.get_secret_value() == DEFAULT_SECRET:
+    if warn_default_secret and settings.secret_key.get_secret_value() == DEFAULT_SECRET:
         log.warning("secret_key is at its default: fine for development, refused in production")
     return settings
 

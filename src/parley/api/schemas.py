@@ -224,6 +224,9 @@ class ChatUpdate(Strict):
     """Any of these; what is left out stays as it is."""
 
     title: Annotated[Text, Field(min_length=1)] | None = None
+    title_from: Text | None = Field(
+        None, description="Title it by this message, as a chat's first message would."
+    )
     pinned: bool | None = Field(None, description="Pinned chats lead the list (?pinned=true).")
     shelved: bool | None = Field(
         None,

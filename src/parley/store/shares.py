@@ -37,6 +37,7 @@ class SharedMessage:
     model: str | None
     # an answer's reasoning and calls, the call a tool's result answers (``MessageParts.wire``)
     parts: dict[str, Any] | None = None
+    stopped: bool = False  # an answer its user stopped: what it had said, marked so
 
 
 def share_not_found(share_id: str) -> NotFound:
@@ -70,6 +71,7 @@ def snapshot_of(path: Sequence[Message], *, tool_output: bool = False) -> list[S
             m.created_at,
             m.model,
             shared_parts(MessageParts.from_json(m.parts), tool_output=tool_output) or None,
+            m.status is MessageStatus.CANCELLED,
         )
         for m in path
         if m.role in _SHOWN_ROLES
@@ -163,6 +165,8 @@ def _encode(m: SharedMessage) -> dict[str, Any]:
     }
     if m.parts:
         out["parts"] = m.parts
+    if m.stopped:
+        out["stopped"] = True
     return out
 
 
@@ -174,4 +178,5 @@ def _decode(raw: dict[str, Any]) -> SharedMessage:
         created_at=datetime.fromisoformat(str(raw["created_at"])),
         model=None if model is None else str(model),
         parts=parts if isinstance(parts := raw.get("parts"), dict) and parts else None,
+        stopped=raw.get("stopped") is True,
     )

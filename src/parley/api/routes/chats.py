@@ -90,9 +90,15 @@ async def change_chat(
     chat_id: str, body: ChatUpdate, who: PrincipalDep, svc: ServicesDep
 ) -> ChatOut:
     """Rename, pin, archive (``shelved``) or instruct the chat."""
-    title = body.title
+    title, limit = body.title, svc.settings.runs.max_title_chars
+    if title is not None and body.title_from is not None:
+        raise ValidationFailed(
+            "give a title or title_from, not both", code="invalid_title", param="title_from"
+        )
     if title is not None:
-        title = _title(title, svc.settings.runs.max_title_chars, allow_empty=False)
+        title = _title(title, limit, allow_empty=False)
+    elif body.title_from is not None:
+        title = text.title_from(body.title_from, limit)
     change = chats.ChatChange(title, body.pinned, body.shelved, body.instructions)
     if change == chats.ChatChange():
         raise ValidationFailed("nothing to change", code="empty_change", param="title")

@@ -238,10 +238,11 @@ def _item(m: SharedMessage) -> str:
     for step in parts.get("tool_steps") or ():
         calls += _step(step)
     kind = "tool-result" if m.role == "tool" else "content plain"
+    stopped = '<p class="message-note">Stopped</p>' if m.stopped else ""
     return (
         f'<li class="message {escape(m.role)}"><div class="bubble">'
         f'<div class="who">{escape(who)}</div>{folded}'
-        f'<div class="{kind}" dir="auto">{escape(m.content)}</div>{calls}</div></li>'
+        f'<div class="{kind}" dir="auto">{escape(m.content)}</div>{calls}{stopped}</div></li>'
     )
 
 

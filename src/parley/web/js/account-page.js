@@ -25,6 +25,18 @@ class AccountPage {
     byId("logout-all").addEventListener("click", () => this.logoutAll());
     byId("key-form").addEventListener("submit", (e) => this.createKey(e));
     byId("theme").addEventListener("change", (e) => this.setTheme(e.target.value));
+    byId("instructions-form").addEventListener("submit", (e) => this.saveInstructions(e));
+  }
+
+  async saveInstructions(event) {
+    event.preventDefault();
+    try {
+      const instructions = byId("my-instructions").value.trim();
+      await api("PATCH", "/api/me", { json: { instructions } });
+      byId("instructions-status").textContent = instructions ? "Saved: every new answer heeds them." : "Cleared.";
+    } catch (err) {
+      this.notices.error(err, "Could not save your instructions");
+    }
   }
 
   async setTheme(theme) {
@@ -43,6 +55,7 @@ class AccountPage {
       byId("me").textContent = me.user.email;
       applyTheme(me.user.theme);
       byId("theme").value = me.user.theme;
+      byId("my-instructions").value = me.user.instructions || "";
     } catch (err) {
       return this.notices.error(err);
     }

@@ -256,6 +256,7 @@ export class AccountPanel {
     this.meter = byId("budget-meter");
     this.text = byId("budget-text");
     this.budget = byId("budget");
+    this.onUser = () => {}; // (the user's row arrived: main.js shows their theme)
   }
 
   /** Load /api/me; throws ApiError (401 when logged out). */
@@ -275,6 +276,7 @@ export class AccountPanel {
 
   render(me) {
     applyTheme(me.user.theme);
+    this.onUser(me.user);
     this.email.textContent = me.user.email;
     byId("admin-link").hidden = !["admin", "auditor"].includes(me.user.role);
     const tier = me.tier.name;

@@ -29,7 +29,7 @@ export function fileList(files) {
 }
 
 export class AttachmentTray {
-  /** ensureChat(name): the open chat's id, made first (titled by the file) if there is none. */
+  /** ensureChat(): the open chat's id, made first if there is none. */
   constructor({ notices, ensureChat }) {
     this.notices = notices;
     this.ensureChat = ensureChat;
@@ -90,7 +90,7 @@ export class AttachmentTray {
     this.uploading += 1;
     this.button.disabled = true;
     try {
-      const chatId = await this.ensureChat(files[0].name);
+      const chatId = await this.ensureChat();
       if (chatId === null) return;
       for (const file of files) {
         const path = `/api/chats/${encodeURIComponent(chatId)}/attachments?filename=${encodeURIComponent(file.name)}`;

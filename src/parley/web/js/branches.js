@@ -64,7 +64,18 @@ export function editInPlace(view) {
       view.content.hidden = false;
       resolve(value);
     };
-    save.addEventListener("click", () => done(area.value.trim() ? area.value : null));
+    const send = () => done(area.value.trim() ? area.value : null);
+    save.addEventListener("click", send);
     cancel.addEventListener("click", () => done(null));
+    // as in the composer: Enter sends, Shift+Enter a new line; Escape cancels
+    area.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        send();
+      } else if (event.key === "Escape") {
+        event.preventDefault(); // (not the drawer's too)
+        done(null);
+      }
+    });
   });
 }

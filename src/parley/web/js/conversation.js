@@ -5,6 +5,7 @@ import { api, apiGet, newKey, send } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
 import { branchRequests, branchTools, editInPlace } from "./branches.js";
 import { byId, isolate } from "./dom.js";
+import { answerMeta, messageActions } from "./message-actions.js";
 import { MessageView } from "./messages.js";
 import { followRun } from "./run.js";
 
@@ -42,7 +43,8 @@ export class Conversation {
       if (entries.some((e) => e.isIntersecting)) this.loadOlder();
     }, { root: this.scroller, rootMargin: "200px 0px 0px 0px" }).observe(this.sentinel);
     // the files for the next message (attachments.js); a first file makes the chat
-    this.files = new AttachmentTray({ notices, ensureChat: (name) => this.chatId ?? this.createChat(name) });
+    // (titled by its first message when that is sent: not by the file's name)
+    this.files = new AttachmentTray({ notices, ensureChat: () => this.chatId ?? this.createChat(null) });
   }
 
   /** Show a chat (null: a new, empty one). */
@@ -58,6 +60,7 @@ export class Conversation {
     this.empty.hidden = chatId !== null;
     this.tools.forChat(chatId);
     if (chatId === null) {
+      this.hooks.chatOpened(null);
       this.models.forNewChat();
       return;
     }
@@ -69,6 +72,7 @@ export class Conversation {
       ]);
       if (generation !== this.generation) return;
       this.setTitle(chat.title);
+      this.hooks.chatOpened(chat);
       this.models.forChat(page.data);
       this.cursor = page.next_cursor;
       this.prepend(page.data);
@@ -149,6 +153,7 @@ export class Conversation {
         return false;
       }
       this.active.chatId = chatId;
+      if (this.untitled === chatId) await this.titleFrom(chatId, text);
       const generation = this.generation;
       this.empty.hidden = true;
       const user = this.add({ role: "user", content: text, status: "completed", attachments: files });
@@ -169,7 +174,8 @@ export class Conversation {
       this.files.sent(ids);
       this.hooks.chatTouched(chatId);
       if (generation !== this.generation) return true;
-      await this.stream(answer, { first, start: post });
+      const done = await this.stream(answer, { first, start: post });
+      if (done) this.settleAfter = { chatId, answer };
       return true;
     } catch (err) {
       if (err.code === "content_blocked") return this.refused(err);
@@ -181,24 +187,43 @@ export class Conversation {
   }
 
   /** The content policy refused the message: it stays in the chat (the server stored it),
-   *  and its answer's place says why. */
+   *  and its answer's place says why; the chat is shown again as stored, so the message can
+   *  be edited and the answer tried again. */
   refused(err) {
     const view = this.active && this.active.view;
     if (view) {
       view.setStatus("rejected", err.message);
       view.flush();
     }
-    if (this.active && this.active.chatId) this.hooks.chatTouched(this.active.chatId);
+    const chatId = this.active && this.active.chatId;
+    if (chatId) {
+      this.hooks.chatTouched(chatId);
+      const again = () => this.open(chatId).catch((e) => this.notices.error(e, "Could not show the chat"));
+      setTimeout(() => this.chatId === chatId && !this.busy && again(), 0);
+    }
     return true;
   }
 
   async createChat(text) {
     // titled by the server's rule (parley.text.title_from): its first line that shows something
-    const chat = await api("POST", "/api/chats", { json: { title_from: text } });
+    const chat = await api("POST", "/api/chats", { json: text === null ? {} : { title_from: text } });
+    this.untitled = text === null ? chat.id : null; // made for a file: titled by the message
     this.chatId = chat.id;
     this.setTitle(chat.title);
     this.hooks.chatCreated(chat);
     return chat.id;
+  }
+
+  /** A chat made for its first file gets its title from its first message. */
+  async titleFrom(chatId, text) {
+    this.untitled = null;
+    try {
+      const chat = await api("PATCH", `/api/chats/${encodeURIComponent(chatId)}`, { json: { title_from: text } });
+      if (this.chatId === chatId) this.setTitle(chat.title);
+      this.hooks.chatRenamed(chat);
+    } catch (err) {
+      this.notices.error(err, "Could not title the chat");
+    }
   }
 
   /** message: {content, model, ids} (model null: the server's default; ids: its files). */
@@ -301,7 +326,7 @@ export class Conversation {
   async follow(view, { runId }) {
     const controller = this.begin(view);
     try {
-      await this.stream(view, { runId });
+      if (await this.stream(view, { runId })) this.settleAfter = { chatId: this.chatId, answer: view };
     } catch (err) {
       view.setStatus("failed", err.message);
       this.notices.error(err, "Could not follow the answer");
@@ -323,6 +348,9 @@ export class Conversation {
       this.active = null;
       this.hooks.streamingChanged(false);
     }
+    const settle = this.settleAfter;
+    this.settleAfter = null;
+    if (settle) this.settle(settle.chatId, settle.answer);
   }
 
   /** Stop the answer being generated: the model's slot is freed; the partial text stays. */
@@ -355,9 +383,33 @@ export class Conversation {
 
   view(message) {
     const view = new MessageView(message, () => this.stick && this.scrollToBottom());
-    if (message.id) view.el.querySelector(".bubble").append(branchTools(message, this.branchActions()));
+    if (message.id) {
+      const tools = branchTools(message, this.branchActions());
+      tools.prepend(messageActions(message, view));
+      const meta = answerMeta(message);
+      if (meta) tools.append(meta);
+      view.el.querySelector(".bubble").append(tools);
+    }
     this.views.set(view.el, view);
     return view;
+  }
+
+  /** An answer streamed here has ended: it and its question are shown again as stored
+   *  (their ids, versions and actions), in place. */
+  async settle(chatId, answer) {
+    try {
+      const page = await apiGet(`/api/chats/${encodeURIComponent(chatId)}/messages?limit=2&order=desc`);
+      if (chatId !== this.chatId || this.busy || !answer.el.isConnected) return;
+      const [stored, question] = page.data;
+      if (!stored || stored.role !== "assistant" || stored.id !== answer.el.dataset.messageId) return;
+      const asked = answer.el.previousElementSibling;
+      if (question && question.role === "user" && asked && asked.dataset.role === "user" && !asked.dataset.messageId) {
+        asked.replaceWith(this.view(question).el);
+      }
+      answer.el.replaceWith(this.view(stored).el);
+    } catch (err) {
+      this.notices.error(err, "Could not refresh the answer");
+    }
   }
 
   /** Show the branch through a message (a search hit on a version not shown). */

@@ -7,12 +7,14 @@ import { Banner } from "./banner.js";
 import { Conversation } from "./conversation.js";
 import { DataPanel } from "./data.js";
 import { byId } from "./dom.js";
+import { ChatInstructions } from "./instructions.js";
 import { ModelPicker } from "./models.js";
 import { ToolPicker } from "./tools.js";
 import { Notices } from "./notices.js";
 import { MESSAGE_HASH, revealMessage, SearchBox } from "./search.js";
 import { SharesPanel } from "./shares.js";
 import { Sidebar } from "./sidebar.js";
+import { ThemeToggle } from "./theme-toggle.js";
 
 const CHAT_PATH = /^\/c\/([^/]+)\/?$/;
 
@@ -22,6 +24,9 @@ class App {
     this.notices.onUnauthenticated = (message) => this.showAuth(message);
     this.banner = new Banner();
     this.account = new AccountPanel(this.notices);
+    this.theme = new ThemeToggle(this.notices);
+    this.account.onUser = (user) => this.theme.show(user.theme);
+    this.instructions = new ChatInstructions(this.notices);
     this.auth = new AuthForm(() => this.enter());
     this.models = new ModelPicker(this.notices);
     this.tools = new ToolPicker(this.notices);
@@ -40,7 +45,9 @@ class App {
       tools: this.tools,
       hooks: {
         chatCreated: (chat) => this.chatCreated(chat),
+        chatOpened: (chat) => this.instructions.setChat(chat),
         chatTouched: (chatId) => this.sidebar.touchId(chatId),
+        chatRenamed: (chat) => this.sidebar.setTitle(chat.id, chat.title),
         runFinished: () => this.account.refresh(),
         streamingChanged: (streaming) => this.setStreaming(streaming),
         restoreDraft: (text) => this.restoreDraft(text),
@@ -159,7 +166,11 @@ class App {
   async reveal(chatId, messageId) {
     if (await revealMessage(this.conversation, messageId)) return;
     if (this.conversation.chatId !== chatId) return;
-    await this.conversation.showBranchOf(messageId);
+    try {
+      await this.conversation.showBranchOf(messageId);
+    } catch (err) {
+      if (err.status !== 404) throw err;
+    }
     if (!(await revealMessage(this.conversation, messageId))) {
       this.notices.error(new Error("That message is no longer in the chat."), "Not shown");
     }
@@ -177,6 +188,7 @@ class App {
 
   chatCreated(chat) {
     this.tools.chatCreated(chat.id);
+    this.instructions.setChat(chat);
     history.pushState(null, "", `/c/${encodeURIComponent(chat.id)}`);
     this.sidebar.touch(chat);
     this.sidebar.setActive(chat.id);
@@ -241,8 +253,23 @@ class App {
     });
     byId("scrim").addEventListener("click", () => this.closeDrawer());
     document.addEventListener("keydown", (event) => {
-      if (event.key === "Escape") this.closeDrawer();
+      if (event.key === "Escape" && !event.defaultPrevented) this.escape();
     });
+  }
+
+  /** Escape closes what is open, the innermost first: a panel or form, else the drawer. */
+  escape() {
+    if (!byId("share-panel").hidden) {
+      this.shares.close();
+      byId("shared-links").focus();
+    } else if (!byId("delete-form").hidden) {
+      this.data.askToDelete(false);
+      byId("delete-account").focus();
+    } else if (!byId("instructions-panel").hidden) {
+      this.instructions.close();
+    } else {
+      this.closeDrawer();
+    }
   }
 
   openDrawer() {

@@ -7,6 +7,7 @@
 // rules, `inline code`, **bold**, *italic* / _italic_, ~~strike~~, [links](https://…)
 // (http, https and mailto only).
 
+import { copyText } from "./clipboard.js";
 import { h } from "./dom.js";
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*)/;
@@ -74,15 +75,9 @@ function codeBlock(code, language) {
   const codeEl = h("code", language ? { class: `language-${language}` } : {}, code);
   const figure = h("div", { class: "code-block" });
   const head = h("div", { class: "code-head" }, h("span", {}, language || "code"));
-  if (navigator.clipboard) {
-    const copy = h("button", { type: "button", class: "link copy" }, "Copy");
-    copy.addEventListener("click", async () => {
-      await navigator.clipboard.writeText(code);
-      copy.textContent = "Copied";
-      setTimeout(() => (copy.textContent = "Copy"), 1500);
-    });
-    head.append(copy);
-  }
+  const copy = h("button", { type: "button", class: "link copy" }, "Copy code");
+  copy.addEventListener("click", () => copyText(code, copy, "Copy code"));
+  head.append(copy);
   figure.append(head, h("pre", {}, codeEl));
   return figure;
 }

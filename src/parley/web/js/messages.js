@@ -95,6 +95,14 @@ export class MessageView {
     this.el.classList.toggle("live", live);
   }
 
+  /** An answer its token limit cut: said under it (Continue, in its actions, goes on). */
+  setCut() {
+    if (this.el.dataset.status !== "completed") return;
+    this.el.dataset.cut = "true";
+    this.note.textContent = "Cut off at its length limit.";
+    this.note.hidden = false;
+  }
+
   /** Say that a busy service answered with another model than the one asked for. */
   setDowngraded(model, asked) {
     let line = this.el.querySelector(".message-downgrade");
