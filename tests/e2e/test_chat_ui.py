@@ -176,7 +176,7 @@ def test_a_screenshot_while_streaming(page: Page, context: BrowserContext, serve
     expect(message.get_by_role("heading", name="Paging the cache")).to_be_visible()
     expect(message.locator("ol > li")).to_have_count(2)
     expect(message.locator("ul > li")).to_have_count(3)
-    shot(page, "chat")  # the README's picture: docs/screenshots/chat.png is a copy
+    shot(page, "chat")
 
 
 MARKDOWN_ANSWER = """### Paging the cache

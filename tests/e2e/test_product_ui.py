@@ -197,9 +197,13 @@ def test_6_at_390_px_the_placeholder_titles_and_email_fit(
     page = context.new_page()
     email = "a.rather.long.address.for.testing@example.com"
     api = log_in(context, quick, email=email)
-    api.post("/api/chats", {"title": "A title of some forty characters, nearly"})
+    chat = api.post("/api/chats", {"title": "A title of some forty characters, nearly"})
+    wide = "/echo look:\n```\n" + "x = 1  # " + "a long line of code " * 8 + "\n```"
+    api.wait_run(api.send(chat["id"], wide)["run_id"])
     page.set_viewport_size({"width": 390, "height": 844})
-    open_app(page, quick.url)
+    open_app(page, quick.url, f"/c/{chat['id']}")
+    expect(page.locator(".code-block")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the code scrolls
     box = prompt(page)
     line = box.evaluate("el => parseFloat(getComputedStyle(el).lineHeight)")
     assert box.evaluate("el => el.scrollHeight") <= line * 1.5 + 16  # one line, not wrapped

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 # is in): running them here would run CI inside CI
 RUN_BY_CI = (
     re.compile(r"^make test$"),
+    re.compile(r"^make screenshots$"),  # its test, tests/e2e/test_screenshots.py, is in the suite
     re.compile(r"^make lint typecheck$"),
     re.compile(r'^(PARLEY_TEST_BACKENDS=sqlite )?make pytest( ARGS=".*")?$'),
     re.compile(r"^scripts/schemathesis\.sh 60( postgresql://\S+)?$"),

@@ -5,6 +5,7 @@
 import { api } from "./api.js";
 import { copyText } from "./clipboard.js";
 import { h } from "./dom.js";
+import { icon } from "./icons.js";
 
 /** "model · 2.4 s" under an answer: who answered, and how long it took. */
 export function answerMeta(message) {
@@ -38,8 +39,8 @@ class Feedback {
   constructor(message) {
     this.path = `/api/chats/${encodeURIComponent(message.chat_id)}/messages/${encodeURIComponent(message.id)}/feedback`;
     this.rating = message.feedback ? message.feedback.rating : null;
-    this.up = this.thumb("up", "Good answer", "👍");
-    this.down = this.thumb("down", "Bad answer", "👎");
+    this.up = this.thumb("up", "Good answer");
+    this.down = this.thumb("down", "Bad answer");
     this.status = h("span", { class: "feedback-status", role: "status" });
     this.show();
   }
@@ -48,8 +49,8 @@ class Feedback {
     return [this.up, this.down, this.status];
   }
 
-  thumb(rating, label, glyph) {
-    const button = h("button", { type: "button", class: `icon feedback feedback-${rating}`, "aria-label": label }, glyph);
+  thumb(rating, label) {
+    const button = h("button", { type: "button", class: `icon feedback feedback-${rating}`, "aria-label": label, title: label }, icon(rating));
     button.addEventListener("click", () => this.choose(rating));
     return button;
   }

@@ -5,6 +5,7 @@
 
 import { api, apiGet } from "./api.js";
 import { byId, h, isolate } from "./dom.js";
+import { icon } from "./icons.js";
 
 const PAGE = 20;
 const PINNED_MAX = 100;
@@ -174,8 +175,8 @@ export class Sidebar {
     const shelved = Boolean(chat.shelved_at);
     return [
       button("rename", "✎", "Rename chat", () => this.rename(chat.id)),
-      shelved ? null : button("pin", pinned ? "⊗" : "📌", pinned ? "Unpin chat" : "Pin chat", () => this.change(chat.id, { pinned: !pinned })),
-      button("shelve", shelved ? "↩" : "🗄", shelved ? "Restore chat" : "Archive chat", () => this.change(chat.id, { shelved: !shelved })),
+      shelved ? null : button(pinned ? "pin pinned" : "pin", icon("pin"), pinned ? "Unpin chat" : "Pin chat", () => this.change(chat.id, { pinned: !pinned })),
+      button("shelve", icon(shelved ? "restore" : "archive"), shelved ? "Restore chat" : "Archive chat", () => this.change(chat.id, { shelved: !shelved })),
       button("delete", "✕", "Delete chat", () => this.remove(chat.id)),
     ];
   }
