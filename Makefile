@@ -81,7 +81,7 @@ $(AXE):
 
 pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE)
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
-		PARLEY_TEST_AXE=$(AXE) PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal $(ARGS)
+		PARLEY_TEST_AXE=$(AXE) PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal --durations=40 $(ARGS)
 
 # the README's pictures, taken by a browser test from the product as it is
 screenshots: $(VENV)/.dev $(CHROMIUM)

@@ -46,6 +46,7 @@ BODIES = {
     ("POST", "/api/chats/{chat_id}/messages/{message_id}/regenerate"): {},
     ("PUT", "/api/chats/{chat_id}/branch"): {"message_id": "msg_000000000000000000000000"},
     ("POST", "/api/runs/{run_id}/tool-calls/{call_id}"): {"approve": True},
+    ("PUT", "/api/chats/{chat_id}/messages/{message_id}/feedback"): {"rating": "down"},
 }
 
 

@@ -347,8 +347,8 @@ class Feedback(Base):
     """A user's rating of one answer (+1 or -1) with an optional note; the answer's model
     is kept so feedback counts by model after the message is gone."""
 
-    __tablename__ = "message_feedback"
-    __table_args__ = (Index("ix_message_feedback_user_chat", "user_id", "chat_id"),)
+    __tablename__ = "feedback"
+    __table_args__ = (Index("ix_feedback_user_chat", "user_id", "chat_id"),)
 
     message_id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))

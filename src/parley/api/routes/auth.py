@@ -9,7 +9,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request, Response, status
 
 from parley.accounts.login import Login
-from parley.accounts.preferences import Preferences
+from parley.accounts.preferences import UNCHANGED, Preferences
 from parley.accounts.settings import ConfirmEmail
 from parley.api.account_schemas import ChallengeOut, ConfirmFirst, PreferencesIn
 from parley.api.deps import (
@@ -38,6 +38,7 @@ from parley.api.schemas import (
     UserOut,
 )
 from parley.bus.interface import TokenBalance
+from parley.errors import ValidationFailed
 from parley.outages import OUTAGE_EXCEPTIONS
 from parley.services import Services
 
@@ -179,7 +180,10 @@ async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
 async def preferences(body: PreferencesIn, who: SessionPrincipalDep, svc: ServicesDep) -> UserOut:
     """The user's preferences, for every device: `theme` (`system`, `light` or `dark`) and
     `instructions` (custom instructions every answer heeds)."""
-    user = await svc.accounts.me(who, Preferences(body.theme, body.instructions))
+    change = Preferences(body.theme, body.instructions)
+    if change == UNCHANGED:
+        raise ValidationFailed("nothing to change", code="empty_change", param="theme")
+    user = await svc.accounts.me(who, change)
     return UserOut.model_validate(user, from_attributes=True)
 
 

@@ -24,7 +24,7 @@ def upgrade() -> None:
     op.add_column("chats", sa.Column("instructions", sa.Text()))
     op.add_column("users", sa.Column("instructions", sa.Text()))
     op.create_table(
-        "message_feedback",
+        "feedback",
         sa.Column("message_id", sa.String(40), primary_key=True),
         sa.Column(
             "user_id", sa.String(40), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False
@@ -36,12 +36,12 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     )
-    op.create_index("ix_message_feedback_user_chat", "message_feedback", ["user_id", "chat_id"])
+    op.create_index("ix_feedback_user_chat", "feedback", ["user_id", "chat_id"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_message_feedback_user_chat", table_name="message_feedback")
-    op.drop_table("message_feedback")
+    op.drop_index("ix_feedback_user_chat", table_name="feedback")
+    op.drop_table("feedback")
     sqlite = op.get_bind().dialect.name == "sqlite"
     for table, column in [*(("chats", c) for c in CHAT_COLUMNS), ("users", "instructions")]:
         if sqlite:  # as 0019: no table rebuilt under its keys
