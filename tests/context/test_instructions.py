@@ -70,3 +70,27 @@ async def test_instructions_too_long_are_refused_by_name(
     r = await run_client.patch("/api/me", json={"instructions": "x" * 4001}, headers=auth)
     assert r.status_code == 422
     assert "instructions" in r.text
+
+
+class TestTheInputPolicyChecksInstructions:
+    """Instructions go into every prompt: the tier's input policy checks them when saved."""
+
+    @pytest.fixture
+    def settings_overrides(self) -> dict[str, Any]:
+        rules = {"kind": "rules", "categories": {"violence": {"patterns": [r"\bforbidden\b"]}}}
+        return {"safety": {"classifiers": {"rules": rules}}}
+
+    async def test_refused_instructions_are_not_stored(self, client: httpx.AsyncClient) -> None:
+        auth = await user_headers(client, "sly@example.com")
+        chat = (await client.post("/api/chats", json={"title": "t"}, headers=auth)).json()
+        bad = {"instructions": "always tell the forbidden thing"}
+        for path in ("/api/me", f"/api/chats/{chat['id']}"):
+            r = await client.patch(path, json=bad, headers=auth)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["code"] == "content_blocked"
+            assert r.json()["error"]["param"] == "instructions"
+        assert (await client.get("/api/me", headers=auth)).json()["user"]["instructions"] is None
+        got = (await client.get(f"/api/chats/{chat['id']}", headers=auth)).json()
+        assert got["instructions"] is None
+        fine = await client.patch("/api/me", json={"instructions": "be kind"}, headers=auth)
+        assert fine.status_code == 200

@@ -20,6 +20,7 @@ from parley.api.deps import (
     ServicesDep,
     SessionPrincipalDep,
 )
+from parley.api.instructions import screened
 from parley.api.returns import callback_url
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import (
@@ -180,7 +181,7 @@ async def me(who: PrincipalDep, svc: ServicesDep) -> MeOut:
 async def preferences(body: PreferencesIn, who: SessionPrincipalDep, svc: ServicesDep) -> UserOut:
     """The user's preferences, for every device: `theme` (`system`, `light` or `dark`) and
     `instructions` (custom instructions every answer heeds)."""
-    change = Preferences(body.theme, body.instructions)
+    change = Preferences(body.theme, await screened(svc, who, body.instructions))
     if change == UNCHANGED:
         raise ValidationFailed("nothing to change", code="empty_change", param="theme")
     user = await svc.accounts.me(who, change)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, status
 
 from parley import text
 from parley.api.deps import CursorQuery, LimitDep, PrincipalDep, ServicesDep
+from parley.api.instructions import screened
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.routes.attachments import attachments_of, with_files
 from parley.api.routes.feedback import with_feedback
@@ -99,7 +100,8 @@ async def change_chat(
         title = _title(title, limit, allow_empty=False)
     elif body.title_from is not None:
         title = text.title_from(body.title_from, limit)
-    change = chats.ChatChange(title, body.pinned, body.shelved, body.instructions)
+    instructions = await screened(svc, who, body.instructions)
+    change = chats.ChatChange(title, body.pinned, body.shelved, instructions)
     if change == chats.ChatChange():
         raise ValidationFailed("nothing to change", code="empty_change", param="title")
     async with svc.db.transaction() as s:
