@@ -78,6 +78,9 @@ async def test_pinned_and_shelved_chats_list_apart_and_come_back(
     assert r.json()["shelved_at"] is None
     assert set(await _listed(run_client, ada)) == set(ids)
     assert_error(await run_client.patch(f"/api/chats/{ids[1]}", json={}, headers=ada), 422)
+    for loose in (0, "true", None):  # a flag is a JSON boolean (None: no change asked)
+        r = await run_client.patch(f"/api/chats/{ids[1]}", json={"shelved": loose}, headers=ada)
+        assert r.status_code == 422, (loose, r.text)
     bob = await user_headers(run_client, "bob@example.com")
     r = await run_client.patch(f"/api/chats/{ids[0]}", json={"pinned": False}, headers=bob)
     assert_error(r, 404)

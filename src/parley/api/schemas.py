@@ -15,6 +15,7 @@ from parley.domain import (
     Theme,
 )
 from parley.engines.settings import EngineKind
+from parley.json_types import Flag
 
 
 def _storable(value: str) -> str:
@@ -227,8 +228,8 @@ class ChatUpdate(Strict):
     title_from: Text | None = Field(
         None, description="Title it by this message, as a chat's first message would."
     )
-    pinned: bool | None = Field(None, description="Pinned chats lead the list (?pinned=true).")
-    shelved: bool | None = Field(
+    pinned: Flag | None = Field(None, description="Pinned chats lead the list (?pinned=true).")
+    shelved: Flag | None = Field(
         None,
         description="Archived by the user: out of the list, kept and searchable "
         "(listed with ?shelved=true); false restores it.",
