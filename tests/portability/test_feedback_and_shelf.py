@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from parley.services import Services
-from tests.archive.test_archive import _chat_with_answers, _history
+from tests.archive.test_archive import _age, _chat_with_answers, _history
 from tests.helpers import assert_error, user_headers
 from tests.portability.test_api import _ready_export
 
@@ -115,3 +115,21 @@ async def test_feedback_pins_shelf_and_instructions_survive_export_and_import(
     rated: dict[str, Any] = dict(await _answer(run_client, bob, mine))
     said = rated["feedback"]
     assert (said["rating"], said["note"]) == ("down", "wrong year")
+
+
+async def test_an_answer_in_a_chat_archived_for_being_idle_can_be_rated(
+    run_client: httpx.AsyncClient, run_services: Services
+) -> None:
+    ada = await user_headers(run_client, "ada@example.com")
+    chat = await _chat_with_answers(run_client, ada, turns=1)
+    answer = await _answer(run_client, ada, chat)
+    await _age(run_services, chat)
+    assert (await run_services.archiver.archive_due()).archived == 1
+    path = f"/api/chats/{chat}/messages/{answer['id']}/feedback"
+    r = await run_client.put(path, json={"rating": "up"}, headers=ada)
+    assert r.status_code == 200, r.text
+    assert (await _answer(run_client, ada, chat))["feedback"]["rating"] == "up"  # type: ignore[index]
+    bob = await user_headers(run_client, "bob@example.com")
+    assert_error(await run_client.put(path, json={"rating": "up"}, headers=bob), 404)
+    missing = f"/api/chats/{chat}/messages/msg_0123456789abcdef01234567/feedback"
+    assert_error(await run_client.put(missing, json={"rating": "up"}, headers=ada), 404)

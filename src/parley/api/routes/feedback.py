@@ -9,10 +9,10 @@ from parley.api.deps import PrincipalDep, ServicesDep
 from parley.api.routes import AUTHED, BODY, errors
 from parley.api.schemas import Deleted, FeedbackIn, FeedbackOut, MessageOut
 from parley.domain import MessageRole
-from parley.errors import ValidationFailed
+from parley.errors import NotFound, ValidationFailed, no_such
 from parley.services import Services
 from parley.store import chats, feedback
-from parley.store.schema import Feedback
+from parley.store.schema import Feedback, Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 PATH = "/{chat_id}/messages/{message_id}/feedback"
@@ -24,14 +24,12 @@ async def rate_answer(
     chat_id: str, message_id: str, body: FeedbackIn, who: PrincipalDep, svc: ServicesDep
 ) -> FeedbackOut:
     """Rate an answer (again: the new rating replaces the old)."""
-    async with svc.db.transaction() as s:
-        message = await chats.get_message(
-            s, user_id=who.user_id, chat_id=chat_id, message_id=message_id
+    message = await _message(svc, who.user_id, chat_id, message_id)
+    if message.role is not MessageRole.ASSISTANT:
+        raise ValidationFailed(
+            "only an answer can be rated", code="not_an_answer", param="message_id"
         )
-        if message.role is not MessageRole.ASSISTANT:
-            raise ValidationFailed(
-                "only an answer can be rated", code="not_an_answer", param="message_id"
-            )
+    async with svc.db.transaction() as s:
         given = await feedback.rate(s, message, RATINGS[body.rating], body.note or None)
     svc.metrics.feedback_given(given.model, body.rating)
     return feedback_out(given)
@@ -41,10 +39,29 @@ async def rate_answer(
 async def clear_rating(
     chat_id: str, message_id: str, who: PrincipalDep, svc: ServicesDep
 ) -> Deleted:
+    await _message(svc, who.user_id, chat_id, message_id)
     async with svc.db.transaction() as s:
-        await chats.get_message(s, user_id=who.user_id, chat_id=chat_id, message_id=message_id)
         await feedback.clear(s, user_id=who.user_id, message_id=message_id)
     return Deleted(id=message_id, object="feedback")
+
+
+async def _message(svc: Services, user_id: str, chat_id: str, message_id: str) -> Message:
+    """The user's message, from the database or, in a chat archived for being idle, from
+    its archive (read outside any transaction). NotFound for another user's."""
+    async with svc.db.transaction() as s:
+        try:
+            return await chats.get_message(
+                s, user_id=user_id, chat_id=chat_id, message_id=message_id
+            )
+        except NotFound:
+            chat = await chats.get_chat(s, user_id=user_id, chat_id=chat_id)
+            if chat.archived_at is None:
+                raise
+    archived = await svc.archiver.read(chat)
+    for message in archived.messages:
+        if message.id == message_id:
+            return message
+    raise no_such("message", message_id, code="message_not_found", param="message_id")
 
 
 def feedback_out(given: Feedback) -> FeedbackOut:
