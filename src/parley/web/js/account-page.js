@@ -56,6 +56,7 @@ class AccountPage {
       applyTheme(me.user.theme);
       byId("theme").value = me.user.theme;
       byId("my-instructions").value = me.user.instructions || "";
+      byId("my-instructions").disabled = false; // (typed before it loaded, it would be lost)
     } catch (err) {
       return this.notices.error(err);
     }
