@@ -55,6 +55,7 @@ class AccountPage {
       byId("me").textContent = me.user.email;
       applyTheme(me.user.theme);
       byId("theme").value = me.user.theme;
+      byId("theme").disabled = false;
       byId("my-instructions").value = me.user.instructions || "";
       byId("my-instructions").disabled = false; // (typed before it loaded, it would be lost)
     } catch (err) {
