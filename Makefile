@@ -77,6 +77,9 @@ $(BWRAP):
 AXE_VERSION ?= 4.14.1
 AXE := build/axe/node_modules/axe-core/axe.min.js
 $(AXE):
+	command -v npm >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq npm >/dev/null; }
 	npm install --silent --no-audit --no-fund --prefix build/axe axe-core@$(AXE_VERSION)
 
 pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE)

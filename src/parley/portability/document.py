@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus
+from parley.store import feedback as ratings
 from parley.store.parts import MessageParts
 from parley.store.schema import Chat, Feedback, Message, Run, User
 from parley.text import storable
@@ -142,8 +143,9 @@ def user_document(user: User) -> UserDocument:
 
 def message_document(message: Message, feedback: Feedback | None = None) -> MessageDocument:
     parts = MessageParts.from_json(message.parts).wire()
-    rating = "up" if feedback is not None and feedback.rating > 0 else "down"
-    said = None if feedback is None else FeedbackDocument(rating=rating, note=feedback.note)
+    rated = None
+    if feedback is not None:
+        rated = FeedbackDocument(rating=ratings.said(feedback.rating), note=feedback.note)
     return MessageDocument(
         id=message.id,
         seq=message.seq,
@@ -156,7 +158,7 @@ def message_document(message: Message, feedback: Feedback | None = None) -> Mess
         created_at=message.created_at,
         run_id=message.run_id,
         parent_id=message.parent_id,
-        feedback=said,
+        feedback=rated,
     )
 
 
@@ -322,4 +324,4 @@ def imported_chat(doc: ChatDocument) -> ImportedChat:
 def _rating(said: FeedbackDocument | None) -> tuple[int, str | None] | None:
     if said is None:
         return None
-    return (1 if said.rating == "up" else -1, storable(said.note) if said.note else None)
+    return (ratings.stored(said.rating), storable(said.note) if said.note else None)

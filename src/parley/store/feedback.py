@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.domain import utcnow
 from parley.store.schema import Feedback, Message
+
+Rating = Literal["up", "down"]  # as the API and exports say it; stored as +1 / -1
+
+
+def stored(rating: Rating) -> int:
+    return 1 if rating == "up" else -1
+
+
+def said(value: int) -> Rating:
+    return "up" if value > 0 else "down"
 
 
 async def rate(s: AsyncSession, message: Message, rating: int, note: str | None) -> Feedback:

@@ -16,7 +16,6 @@ from parley.store.schema import Feedback, Message
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 PATH = "/{chat_id}/messages/{message_id}/feedback"
-RATINGS = {"up": 1, "down": -1}
 
 
 @router.put(PATH, response_model=FeedbackOut, responses=errors(*AUTHED, 404, *BODY))
@@ -30,7 +29,7 @@ async def rate_answer(
             "only an answer can be rated", code="not_an_answer", param="message_id"
         )
     async with svc.db.transaction() as s:
-        given = await feedback.rate(s, message, RATINGS[body.rating], body.note or None)
+        given = await feedback.rate(s, message, feedback.stored(body.rating), body.note or None)
     svc.metrics.feedback_given(given.model, body.rating)
     return feedback_out(given)
 
@@ -65,8 +64,9 @@ async def _message(svc: Services, user_id: str, chat_id: str, message_id: str) -
 
 
 def feedback_out(given: Feedback) -> FeedbackOut:
-    rating = "up" if given.rating > 0 else "down"
-    return FeedbackOut(rating=rating, note=given.note, updated_at=given.updated_at)
+    return FeedbackOut(
+        rating=feedback.said(given.rating), note=given.note, updated_at=given.updated_at
+    )
 
 
 async def with_feedback(svc: Services, user_id: str, messages: list[MessageOut]) -> None:

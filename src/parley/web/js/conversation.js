@@ -30,6 +30,7 @@ export class Conversation {
     this.empty = byId("empty-state");
     this.title = byId("chat-title");
     this.chatId = null;
+    this.untitled = null; // a chat made for its first file: titled by its first message
     this.cursor = null;
     this.loadingOlder = false;
     this.generation = 0; // bumps on every open: late answers for an old view are dropped
@@ -207,7 +208,7 @@ export class Conversation {
   async createChat(text) {
     // titled by the server's rule (parley.text.title_from): its first line that shows something
     const chat = await api("POST", "/api/chats", { json: text === null ? {} : { title_from: text } });
-    this.untitled = text === null ? chat.id : null; // made for a file: titled by the message
+    this.untitled = text === null ? chat.id : null;
     this.chatId = chat.id;
     this.setTitle(chat.title);
     this.hooks.chatCreated(chat);
