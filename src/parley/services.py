@@ -360,7 +360,7 @@ def make_worker(
         qos=settings.qos,
         engines=settings.engines,
         admission=core.admission,
-        prompting=Prompting(db, engine, context, summaries),
+        prompting=Prompting(db, engine, context, summaries, inputs=bus),
         concurrency=concurrency,
         metrics=core.metrics,
         moderator=core.moderator,

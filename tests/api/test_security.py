@@ -44,6 +44,8 @@ BODIES = {
     ("POST", "/api/chats"): {"title": "x"},
     ("POST", "/api/keys"): {"name": "x"},
     ("POST", "/api/chats/{chat_id}/messages/{message_id}/regenerate"): {},
+    ("POST", "/api/chats/{chat_id}/messages/{message_id}/continue"): {},
+    ("POST", "/api/temporary/messages"): {"messages": [{"role": "user", "content": "hi"}]},
     ("PUT", "/api/chats/{chat_id}/branch"): {"message_id": "msg_000000000000000000000000"},
     ("POST", "/api/runs/{run_id}/tool-calls/{call_id}"): {"approve": True},
     ("PUT", "/api/chats/{chat_id}/messages/{message_id}/feedback"): {"rating": "down"},

@@ -59,6 +59,7 @@ class Server:
     url: str
     proc: Parley
     users: int = field(default=0)
+    data_dir: Path | None = None  # its PARLEY_DATA_DIR (the SQLite database's)
 
     def new_email(self) -> str:
         self.users += 1
@@ -102,7 +103,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]
         proc = Parley(["serve", "--engine", "fake", "--port", str(port)], env, tmp / "serve.log")
         url = f"http://127.0.0.1:{port}"
         proc.wait_ready(url)
-        running[key] = Server(url, proc)
+        running[key] = Server(url, proc, data_dir=tmp / "data")
         return running[key]
 
     yield start

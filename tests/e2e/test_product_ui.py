@@ -345,3 +345,71 @@ def test_the_theme_toggle_cycles_and_is_kept(
     page.get_by_role("button", name="Theme: light").click()
     expect(page.locator("html")).to_have_attribute("data-theme", "dark")
     assert api.get("/api/me")["user"]["theme"] == "dark"
+
+
+def test_continue_makes_a_cut_answer_longer(
+    context: BrowserContext, page: Page, quick: Server
+) -> None:
+    api = log_in(context, quick)
+    chat = api.post("/api/chats", {"title": "Poem"})
+    body = {"content": "write a long poem", "max_tokens": 3}
+    api.wait_run(
+        api.post(f"/api/chats/{chat['id']}/messages", body, Accept="application/json")["run_id"]
+    )
+    cut = api.messages(chat["id"])[-1]["content"]
+    open_app(page, quick.url, f"/c/{chat['id']}")
+    expect(answer(page).locator(".message-note")).to_have_text("Cut off at its length limit.")
+    answer(page).get_by_role("button", name="Continue").click()
+    expect(answer(page).locator(".branch-position")).to_have_text("2/2")
+    expect(answer(page)).to_have_attribute("data-status", "completed")
+    longer = answer(page).locator(".content").inner_text()
+    assert longer.startswith(cut + " ") and len(longer.split()) > len(cut.split())
+    stored = api.messages(chat["id"])[-1]
+    assert stored["content"] == longer and len(stored["sibling_ids"]) == 2
+    # a whole answer offers no Continue
+    done = api.post(
+        f"/api/chats/{chat['id']}/messages", {"content": "/echo short"}, Accept="application/json"
+    )
+    api.wait_run(done["run_id"])
+    page.reload()
+    expect(answer(page).get_by_role("button", name="Regenerate")).to_be_visible()
+    expect(answer(page).get_by_role("button", name="Continue")).to_have_count(0)
+
+
+def stored_bytes(server: Server) -> bytes:
+    """Every file of the server's data directory (the database, its journal, its search
+    index, any blobs), as raw bytes."""
+    assert server.data_dir is not None
+    return b"".join(p.read_bytes() for p in sorted(server.data_dir.rglob("*")) if p.is_file())
+
+
+def test_a_temporary_chat_is_stored_nowhere_and_gone_on_reload(
+    context: BrowserContext, page: Page, quick: Server
+) -> None:
+    api = log_in(context, quick)
+    open_app(page, quick.url)
+    toggle = page.get_by_role("button", name="Temporary")
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+    expect(page.locator("#chat-title")).to_have_text("Temporary chat")
+    expect(page.locator("#temporary-note")).to_be_visible()
+    expect(page.get_by_role("button", name="Attach files")).to_be_hidden()
+    send(page, "/echo the quokka7731 is smiling")
+    expect(answer(page)).to_have_attribute("data-status", "completed")
+    expect(answer(page)).to_contain_text("quokka7731")
+    send(page, "/echo and the wombat5519 sleeps")
+    expect(answer(page, 1)).to_contain_text("wombat5519")
+    expect(answer(page, 1)).to_have_attribute("data-status", "completed")
+    assert page.url.rstrip("/") == quick.url  # no chat's address
+    assert api.get("/api/chats")["data"] == []
+    assert api.get("/api/search", q="quokka7731")["data"] == []
+    on_disk = stored_bytes(quick)
+    assert b"quokka7731" not in on_disk and b"wombat5519" not in on_disk
+
+    page.reload()
+    expect(page.locator("#empty-state")).to_be_visible()
+    expect(page.locator("li.message")).to_have_count(0)
+    expect(page.get_by_role("button", name="Temporary")).to_have_attribute("aria-pressed", "false")
+    send(page, "/echo an ordinary chat")  # kept, as before
+    expect(answer(page)).to_have_attribute("data-status", "completed")
+    assert len(api.get("/api/chats")["data"]) == 1

@@ -35,6 +35,7 @@ from parley.api.routes import (
     search,
     shares,
     sso,
+    temporary,
     tools,
 )
 from parley.api.routes.portability import IMPORTS_PATH
@@ -67,6 +68,7 @@ ROUTERS = tuple(
         admin_models,
         sso,
         recovery,
+        temporary,
     )
 )
 

@@ -59,6 +59,29 @@ class MessageCreate(Sampled):
     )
 
 
+class TemporaryTurn(Strict):
+    role: Literal["user", "assistant"]
+    content: Annotated[Text, Field(min_length=1)]
+
+
+class TemporarySend(Sampled):
+    """A temporary chat's next message: the whole conversation so far, its last turn the
+    user's new message (the server keeps none of it)."""
+
+    messages: Annotated[list[TemporaryTurn], Field(min_length=1, max_length=500)] = Field(
+        description="The conversation, oldest first; the last one is the user's."
+    )
+    model: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
+    max_tokens: Annotated[Integer, Field(ge=1)] | None = None
+
+
+class TemporaryAccepted(BaseModel):
+    run_id: str
+    status: RunStatus
+    model: str = Field(description="The model that serves the run.")
+    downgraded_from: str | None = None
+
+
 class ToolAnswer(Strict):
     approve: Flag = Field(description="Whether the call may run.")
 

@@ -1,81 +1,15 @@
-"""The bus contract and the messages that cross it."""
+"""The bus contract and the messages that cross it (a run's stream events: ``events.py``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
+from parley.bus.events import EventKind as EventKind
+from parley.bus.events import RunEvent as RunEvent
+from parley.bus.events import StreamEntry as StreamEntry
 from parley.domain import BACKGROUND_PRIORITY
 from parley.errors import Unavailable
-
-
-class EventKind(StrEnum):  # the SSE event names of a run's stream
-    STATUS = "status"
-    DELTA = "delta"
-    REASONING = "reasoning"
-    TOOL_CALL = "tool_call"
-    LOGPROBS = "logprobs"
-    TOOL_RESULT = "tool_result"
-    TOOL_CONFIRM = "tool_confirm"
-    TOOL_ANSWER = "tool_answer"
-    ERROR = "error"
-    DONE = "done"
-
-
-class RunEvent:
-    """One event of a run's stream: its kind and its data (a JSON object).
-
-    A bus keeps events as JSON text and hands them out with it (``encoded``): ``data`` is
-    decoded from it only when read, and ``json`` is that text as it was stored, so a relay
-    writes it to its clients without decoding and encoding each token again."""
-
-    __slots__ = ("_data", "_json", "kind")
-
-    def __init__(self, kind: EventKind, data: dict[str, Any] | None = None) -> None:
-        self.kind = kind
-        self._data: dict[str, Any] | None = {} if data is None else data
-        self._json: str | None = None
-
-    @classmethod
-    def encoded(cls, kind: EventKind, json_text: str) -> RunEvent:
-        """An event read back from its JSON text (decoded when ``data`` is first read)."""
-        event = cls.__new__(cls)
-        event.kind, event._data, event._json = kind, None, json_text
-        return event
-
-    @property
-    def data(self) -> dict[str, Any]:
-        if self._data is None:
-            assert self._json is not None
-            self._data = json.loads(self._json)
-        return self._data
-
-    @property
-    def json(self) -> str:
-        """The data as compact JSON text (non-ASCII kept as it is)."""
-        if self._json is None:
-            self._json = json.dumps(self._data, separators=(",", ":"), ensure_ascii=False)
-        return self._json
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RunEvent):
-            return NotImplemented
-        return self.kind is other.kind and self.data == other.data
-
-    __hash__ = None  # type: ignore[assignment]  # mutable data, as a dataclass's would be
-
-    def __repr__(self) -> str:
-        return f"RunEvent({self.kind!r}, {self.data!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEntry:
-    """One event of a run's stream; ``id`` is the SSE event id (ordered, opaque)."""
-
-    id: str
-    event: RunEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +296,19 @@ class WriteMarks(Protocol):
     async def wrote_recently(self, user_id: str) -> bool: ...
 
 
+class RunInputs(Protocol):
+    """The bus's section for inputs kept nowhere else: a temporary chat's conversation,
+    which never reaches the database (the worker reads it here)."""
+
+    async def keep_input(self, run_id: str, text: str, *, ttl: float) -> None:
+        """Keep ``text`` as the run's input for ``ttl`` s (or until forgotten)."""
+
+    async def run_input(self, run_id: str) -> str | None:
+        """The run's input (None: never kept, forgotten, or lapsed)."""
+
+    async def forget_input(self, run_id: str) -> None: ...
+
+
 class Bus(
     RunQueue,
     RunStreams,
@@ -372,6 +319,7 @@ class Bus(
     TokenBudgets,
     AttemptThrottles,
     WriteMarks,
+    RunInputs,
     Protocol,
 ):
     """Everything processes tell each other about runs, section by section (a service that

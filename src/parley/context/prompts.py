@@ -265,6 +265,17 @@ class ChatContext:
             candidates, draft.limits, lambda text: counter.count_texts(draft.model, [text])[0]
         )
 
+    async def opening(self, db: Database, user_id: str, model: str) -> list[ChatMessage]:
+        """What a conversation kept nowhere (a temporary chat) begins with: the system
+        message of the system prompt and the user's own instructions, if any (none with
+        context management off, as a chat's)."""
+        if not self._settings.enabled:
+            return []
+        async with db.transaction() as s:
+            mine = Instructions(await prompts.user_instructions(s, user_id))
+        text = system_text(Fixed(self._system_prompt(model), None, 0, instructions=mine))
+        return [ChatMessage("system", text)] if text else []
+
     def _system_prompt(self, model: str) -> str | None:
         for configured in self._engines.models:
             if configured.name == model and configured.system_prompt is not None:

@@ -56,15 +56,20 @@ class FakeEngineConfig:
 
 
 def fake_text(
-    messages: list[ChatMessage], n_tokens: int, config: FakeEngineConfig | None = None
+    messages: list[ChatMessage],
+    n_tokens: int,
+    config: FakeEngineConfig | None = None,
+    *,
+    going_on: bool = False,
 ) -> list[str]:
-    """The tokens the fake engine answers with, at most ``n_tokens`` of them."""
+    """The tokens the fake engine answers with, at most ``n_tokens`` of them (``going_on``:
+    after an answer begun, so its first word too has a space before it)."""
     echo = _tools_said(messages) or _scripted(messages, config) or _echo(messages)
     if echo is not None:
         return echo[:n_tokens]
     seed = hashlib.sha256("\x1e".join(m.content for m in messages).encode()).digest()
     rng = random.Random(seed)
-    return [(" " if i else "") + rng.choice(_WORDS) for i in range(n_tokens)]
+    return [(" " if i or going_on else "") + rng.choice(_WORDS) for i in range(n_tokens)]
 
 
 def _echo(messages: list[ChatMessage]) -> list[str] | None:
@@ -145,7 +150,8 @@ class FakeEngine:
         self.started += 1
         try:
             full = _answer_length(request.messages, self.config)
-            tokens = fake_text(request.messages, min(full, request.max_tokens), self.config)
+            n = min(full, request.max_tokens)
+            tokens = fake_text(request.messages, n, self.config, going_on=request.continue_final)
             prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 yield Delta("", 0, FinishReason.ABORT, prompt)

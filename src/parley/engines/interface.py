@@ -54,6 +54,10 @@ class GenerationRequest:
     affinity_key: str | None = None
     # tools offered, a response format, a reasoning effort (an engine that can do them)
     output: OutputSpec = field(default_factory=OutputSpec)
+    # the last message is an answer begun (one cut at its limit): the model goes on from its
+    # last character, no end of turn after it and no new turn begun (vLLM's
+    # ``continue_final_message``); its text is not said again
+    continue_final: bool = False
 
 
 @dataclass(frozen=True, slots=True)

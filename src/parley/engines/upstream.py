@@ -171,6 +171,8 @@ class UpstreamEngine:
         }
         body.update(request.sampling.model_dump(exclude_defaults=True))  # what is set
         body.update(request.output.wire())  # tools, response format, reasoning effort
+        if request.continue_final:  # (vLLM's and SGLang's names; llama.cpp's server too)
+            body.update(continue_final_message=True, add_generation_prompt=False)
         return body
 
     async def _open(

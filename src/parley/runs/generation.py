@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.bus.interface import RunInputs
 from parley.context.assembly import Assembled, ContextTooLong, NewMessage
 from parley.context.prompts import ChatContext
 from parley.context.summaries import Summaries
@@ -25,6 +26,7 @@ from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
     Engine,
+    EngineError,
     GenerationRequest,
 )
 from parley.runs.inputs import RunInput
@@ -45,25 +47,43 @@ class Prompt:
     request: GenerationRequest
     tokens: int  # as the model counts them
     assembled: Assembled | None = None  # a chat's, assembled under its budget
-    # the run's message cannot fit its budget (limits changed since the api checked): the
-    # run fails with this, the engine never asked
-    refusal: ContextLengthExceeded | None = None
+    # the run's message cannot fit its budget (limits changed since the api checked), or a
+    # temporary chat's input is gone: the run fails with this, the engine never asked
+    refusal: EngineError | None = None
+    # a continued answer's text so far: the stream and the answer begin with it
+    prefix: str = ""
+
+
+class InputExpired(EngineError):
+    """A temporary chat's conversation is no longer on the bus (the run waited past
+    ``runs.temporary_input_ttl_seconds``): nothing to answer."""
+
+    code = "input_expired"
 
 
 class Prompting:
     """The worker's side of a run's prompt."""
 
     def __init__(
-        self, db: Database, engine: Engine, context: ChatContext, summaries: Summaries
+        self,
+        db: Database,
+        engine: Engine,
+        context: ChatContext,
+        summaries: Summaries,
+        inputs: RunInputs | None = None,
     ) -> None:
+        """``inputs``: where temporary chats' conversations are kept (the bus)."""
         self._db = db
         self._engine = engine
         self._context = context
         self._summaries = summaries
+        self._inputs = inputs
 
     async def prepare(self, run: Run) -> Prompt:
         """The run's prompt, its length and composition stored on the run, and the chat's
         fold asked for if due."""
+        if run.ephemeral:
+            return await self._ephemeral(run)
         if run.input is not None and run.prompt_tokens is not None:  # counted at birth
             return Prompt(program_request(run), run.prompt_tokens)
         try:
@@ -72,6 +92,7 @@ class Prompting:
             else:
                 async with self._db.transaction() as s:
                     prompt = await self.prompt_of(s, run)
+            prompt = await self._continued(run, prompt)
         except ContextTooLong as e:
             return Prompt(chat_request(run, []), 0, refusal=ContextLengthExceeded(e.message))
         parts = prompt.assembled.composition.to_json() if prompt.assembled else None
@@ -81,10 +102,42 @@ class Prompting:
             )
         return prompt
 
+    async def _continued(self, run: Run, prompt: Prompt) -> Prompt:
+        """A continued answer's prompt: the answer it continues last, for the model to go
+        on from (``GenerationRequest.continue_final``), counted in; others as they are."""
+        if run.continues_id is None:
+            return prompt
+        async with self._db.transaction() as s:
+            answer = await s.get(Message, run.continues_id)
+        if answer is None:  # deleted since: answered afresh
+            return prompt
+        messages = [*prompt.request.messages, ChatMessage("assistant", answer.content)]
+        request = replace(prompt.request, messages=messages, continue_final=True)
+        tokens = self._engine.count_prompt_tokens(run.model, messages)
+        return replace(prompt, request=request, tokens=tokens, prefix=answer.content)
+
+    async def _ephemeral(self, run: Run) -> Prompt:
+        """A temporary chat's prompt: the system prompt and the user's instructions, then
+        its conversation from the bus (never stored); its length stored (no composition)."""
+        text = None if self._inputs is None else await self._inputs.run_input(run.id)
+        if text is None:
+            gone = InputExpired("this temporary chat's conversation is no longer kept")
+            return Prompt(chat_request(run, []), 0, refusal=gone)
+        request = program_request(run, text)
+        opening = await self._context.opening(self._db, run.user_id, run.model)
+        request = replace(request, messages=[*opening, *request.messages])
+        tokens = self._engine.count_prompt_tokens(run.model, request.messages)
+        async with self._db.transaction() as s:
+            await run_records.set_prompt_tokens(s, run, tokens, None)
+        return Prompt(request, tokens)
+
     def ended(self, run: Run, prompt: Prompt, ended: Run | None) -> None:
         """After a run's end: the fold its prompt found due is asked for now (not beside the
         run: on one engine a fold's prefill would slow the user's answer); a fold that
-        just completed has the prefix it makes warmed, then lands."""
+        just completed has the prefix it makes warmed, then lands; a temporary chat's
+        conversation is forgotten (not after a lost lease: the next attempt reads it)."""
+        if run.ephemeral and ended is not None and self._inputs is not None:
+            self._summaries.later(self._inputs.forget_input(run.id))
         if prompt.assembled is not None and prompt.assembled.fold is not None:
             self._summaries.fold_soon(run, prompt.assembled.fold)
         completed = ended is not None and ended.status is RunStatus.COMPLETED
@@ -162,10 +215,12 @@ def chat_request(run: Run, messages: list[ChatMessage]) -> GenerationRequest:
     )
 
 
-def program_request(run: Run) -> GenerationRequest:
-    """A program's run (or a fold of a chat's summary): its own messages and parameters."""
-    assert run.input is not None
-    given = RunInput.from_json(run.input)
+def program_request(run: Run, text: str | None = None) -> GenerationRequest:
+    """A program's run (or a fold of a chat's summary): its own messages and parameters
+    (``text``: its input, when the run does not hold it: a temporary chat's)."""
+    text = run.input if text is None else text
+    assert text is not None
+    given = RunInput.from_json(text)
     return GenerationRequest(
         request_id=run.id,
         model=run.model,

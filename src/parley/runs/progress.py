@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 
+from parley.bus.interface import RunEvent
 from parley.domain import FinishReason, RunStatus
 from parley.engines.interface import Delta, EngineError
 from parley.engines.tools import ToolCall, ToolCallDelta, assembled
 from parley.outages import outage
+from parley.runs.events import delta_events, status_event
 from parley.runs.moderated import OutputRefused
 from parley.store.parts import MessageParts, ToolStep
 from parley.store.run_records import Outcome
@@ -37,6 +39,15 @@ class Progress:
     _round_text: int = 0
     _round_calls: int = 0
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set by a stop
+
+    def begun(self, prefix: str) -> list[RunEvent]:
+        """The stream's first events: running, and a continued answer's text so far (taken
+        in as the answer's start; no tokens of this run's)."""
+        events = [status_event(self.run.id, RunStatus.RUNNING)]
+        if prefix:
+            self.take(Delta(prefix, 0))
+            events += delta_events(Delta(prefix, 0))
+        return events
 
     def take(self, delta: Delta) -> None:
         """Count a delta in (its text once it is on the stream)."""
@@ -100,6 +111,8 @@ class Progress:
         if outcome.prompt_tokens is not None and self.earlier_prompt_tokens:
             total = outcome.prompt_tokens + self.earlier_prompt_tokens
             outcome = replace(outcome, prompt_tokens=total)
+        if self.run.ephemeral:  # a temporary chat's answer: on its stream, nowhere else
+            return replace(outcome, content="", cached_tokens=self.cached_tokens)
         return replace(outcome, cached_tokens=self.cached_tokens, parts=self.parts())
 
     def parts(self) -> MessageParts:

@@ -21,6 +21,9 @@ class ProgramRequest:
     max_tokens: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     store: bool = False  # keep it as a chat
+    # a temporary chat's: its conversation kept only on the bus, its answer only on the
+    # stream; nothing of its text reaches the database
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,7 @@ class SendRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     edit_of: str | None = None  # a user message this one replaces: its sibling, a new branch
     regenerate: str | None = None  # a message whose answer is made again (content unused)
+    continue_of: str | None = None  # an answer made longer: its text, then more (content unused)
     attachment_ids: tuple[str, ...] = ()  # the chat's waiting files sent with the message
     tools: tuple[str, ...] = ()  # the server's tools the answer may call
     tool_first: str = "auto"  # required: its first step must call one of them
@@ -38,6 +42,8 @@ class SendRequest:
 
 def program_hash(req: ProgramRequest, encoded_input: str) -> str:
     fields = {"max_tokens": req.max_tokens, "sampling": req.sampling.model_dump()}
+    if req.ephemeral:
+        fields["ephemeral"] = True
     return digest({"input": encoded_input, "model": req.model, **fields})
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.accounts.principal import Principal
-from parley.domain import MessageRole
+from parley.domain import MessageRole, MessageStatus
 from parley.engines.kinds import Capabilities, unable
 from parley.engines.sampling import SamplingParams
 from parley.errors import PermissionDenied, ValidationFailed, quoted
@@ -172,9 +172,12 @@ def _allows(tier: TierSettings, model: str) -> bool:
 
 async def place(s: AsyncSession, new: new_runs.NewRun, req: SendRequest) -> new_runs.NewRun:
     """Where a send goes on the chat's tree: an edit beside the message it edits (a new
-    branch), a regenerated answer beside the answer it replaces (under the same question,
-    no new user message), else after the branch shown. NotFound for another chat's message."""
+    branch), a regenerated (or continued) answer beside the answer it replaces (under the
+    same question, no new user message), else after the branch shown. NotFound for another
+    chat's message."""
     assert new.chat_id is not None
+    if req.continue_of is not None:
+        return await _continued(s, new, req.continue_of)
     if req.edit_of is None and req.regenerate is None:
         return new
     wanted = req.edit_of if req.edit_of is not None else req.regenerate
@@ -197,3 +200,28 @@ async def place(s: AsyncSession, new: new_runs.NewRun, req: SendRequest) -> new_
             s, user_id=new.user_id, chat_id=new.chat_id, message_id=message.parent_id
         )
     return replace(new, answer_to=message.id, after=message.parent_id, content=message.content)
+
+
+async def _continued(s: AsyncSession, new: new_runs.NewRun, answer_id: str) -> new_runs.NewRun:
+    """A continued answer: beside the answer it continues, its text that answer's and more."""
+    assert new.chat_id is not None
+    answer = await chats.get_message(
+        s, user_id=new.user_id, chat_id=new.chat_id, message_id=answer_id
+    )
+    ended = answer.status in (MessageStatus.COMPLETED, MessageStatus.CANCELLED)
+    if answer.role is not MessageRole.ASSISTANT or answer.parent_id is None or not ended:
+        raise ValidationFailed(
+            "only an answer that has ended can be continued", code="not_continuable"
+        )
+    if not answer.content:
+        raise ValidationFailed("this answer has no text to continue", code="not_continuable")
+    question = await chats.get_message(
+        s, user_id=new.user_id, chat_id=new.chat_id, message_id=answer.parent_id
+    )
+    return replace(
+        new,
+        answer_to=question.id,
+        after=question.parent_id,
+        content=question.content,
+        continues=answer.id,
+    )

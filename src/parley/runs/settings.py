@@ -42,3 +42,9 @@ class RunSettings(BaseModel):
     idempotency_ttl_seconds: int = Field(
         default=24 * 3600, gt=0, description="How long an Idempotency-Key is remembered."
     )
+    temporary_input_ttl_seconds: float = Field(
+        default=3600,
+        gt=0,
+        description="How long a temporary chat's conversation is kept on the bus for its run "
+        "(forgotten when the run ends; a run still queued after this fails, input_expired).",
+    )

@@ -120,7 +120,7 @@ class Submitter:
         """The run for this request: a new one, or the one an earlier same-key request made."""
         _confirmed(who)
         new = self.rules.validate(who, chat_id, req, idempotency_key)
-        if req.edit_of is not None or req.regenerate is not None:
+        if req.edit_of is not None or req.regenerate is not None or req.continue_of:
             await self._restored(new)  # the message named must be in the database
             async with self._db.transaction() as s:
                 new = await rules.place(s, new, req)
@@ -157,6 +157,7 @@ class Submitter:
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
         new = self._kept(new, req.input) if req.store else new
+        new = await self._kept_nowhere(new) if req.ephemeral else new
         tokens = await self.costs.check_program(new, req.input.counted())  # before admission
         users = [m.content for m in req.input.messages if m.role == "user"]
         if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
@@ -167,6 +168,14 @@ class Submitter:
 
         serves = partial(self.rules.serves, given=req.input, sampling=req.sampling)
         return await self._admit(new, given, serves)
+
+    async def _kept_nowhere(self, new: new_runs.NewRun) -> new_runs.NewRun:
+        """A temporary chat's run: its conversation on the bus alone, for the worker to read
+        (a run never made leaves it to lapse), none on its row."""
+        assert new.input is not None
+        ttl = self._settings.temporary_input_ttl_seconds
+        await self._bus.keep_input(new.run_id, new.input, ttl=ttl)
+        return replace(new, input=None, ephemeral=True)
 
     async def _moderate(self, new: new_runs.NewRun, text: str) -> Run | None:
         """The tier's input classifiers, before admission: a refused prompt raises (and is

@@ -30,7 +30,7 @@ from parley.observability.metrics import Metrics
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.qos.settings import QosSettings
-from parley.runs.events import delta_events, status_event
+from parley.runs.events import delta_events
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
 from parley.runs.moderated import OutputRefused, moderated
@@ -240,7 +240,7 @@ class Worker:
         try:
             if prompt.refusal is not None:
                 progress.error = prompt.refusal
-            elif await self._append(run, status_event(run.id, RunStatus.RUNNING), progress):
+            elif await self._append(run, progress.begun(prompt.prefix), progress):
                 await self._answer(run, prompt.request, progress)
         except asyncio.CancelledError:
             raise

@@ -66,6 +66,8 @@ class NewRun:
     after: str | None = ACTIVE_LEAF
     # a regenerated answer: the user message it answers again (no new user message)
     answer_to: str | None = None
+    continues: str | None = None  # a continued answer: the answer its text begins with
+    ephemeral: bool = False  # a temporary chat's: no text of it stored (``input`` on the bus)
     attachment_ids: tuple[str, ...] = ()  # the chat's waiting files the user message takes
     run_id: str = field(default_factory=lambda: new_id("run"))  # named before it is made
 
@@ -95,6 +97,8 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         **_claimed_at_birth(new, now),
         "model": new.model,
         "downgraded_from": new.downgraded_from,
+        "continues_id": new.continues,
+        "ephemeral": new.ephemeral,
         "tier": new.tier,
         "priority": new.priority,
         "max_tokens": new.max_tokens,
@@ -104,9 +108,7 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "reserved_tokens": new.reserved_tokens,
         "traceparent": new.traceparent,
         "prompt_tokens": new.prompt_tokens,
-        "tools": (
-            json.dumps({"names": list(new.tools), "first": new.tool_first}) if new.tools else None
-        ),
+        "tools": _tools(new),
         "created_at": now,
     }
     try:  # one INSERT built once (the ORM's unit of work cost more than SQLite's own work)
@@ -114,6 +116,11 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     except IntegrityError as e:  # the only unique key a new run can collide on
         raise DuplicateIdempotencyKey from e
     return Run(**values)
+
+
+def _tools(new: NewRun) -> str | None:
+    """The server's tools a chat's run may call, as its row keeps them (None: none)."""
+    return json.dumps({"names": list(new.tools), "first": new.tool_first}) if new.tools else None
 
 
 async def _messages(s: AsyncSession, new: NewRun, now: datetime) -> tuple[str | None, str | None]:

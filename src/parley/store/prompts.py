@@ -121,3 +121,9 @@ async def instructions(s: AsyncSession, chat: ChatRef) -> tuple[str | None, str 
         )
     ).first()
     return (row[0], row[1]) if row is not None else (None, None)
+
+
+async def user_instructions(s: AsyncSession, user_id: str) -> str | None:
+    """The user's own instructions (every conversation of theirs, a temporary one too)."""
+    found: str | None = await s.scalar(select(User.instructions).where(User.id == user_id))
+    return found

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Enum,
     ForeignKey,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -254,6 +256,10 @@ class Run(Base):
     model: Mapped[str] = mapped_column(String(200))
     # the model the run asked for, when load shedding served it by its tier's downgrade model
     downgraded_from: Mapped[str | None] = mapped_column(String(200))
+    # a continued answer: the answer whose text its own begins with (``runs/rules.place``)
+    continues_id: Mapped[str | None] = mapped_column(String(40))
+    # a temporary chat's run: no text of it in the database (its input on the bus)
+    ephemeral: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     tier: Mapped[str] = mapped_column(String(40))
     max_tokens: Mapped[int] = mapped_column(Integer)
     # how the answer is sampled (``engines.sampling.SamplingParams``, whole)

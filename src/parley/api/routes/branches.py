@@ -1,5 +1,5 @@
-"""Branches: answer a message again, show another branch. (Editing a message is a send with
-``edit_of``: ``POST /api/chats/{id}/messages``.)"""
+"""Branches: answer a message again, continue an answer, show another branch. (Editing a
+message is a send with ``edit_of``: ``POST /api/chats/{id}/messages``.)"""
 
 from __future__ import annotations
 
@@ -47,6 +47,40 @@ async def regenerate(
     req = SendRequest(
         "-", body.model, body.max_tokens, body.sampling_params(), regenerate=message_id
     )  # (the question's own text is sent)
+    run = await svc.submitter.submit(who, chat_id, req, idempotency_key)
+    if wants_json(request):
+        return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)
+    return sse(await svc.relay.open(who, run.id, None, owned=True))
+
+
+@router.post(
+    "/api/chats/{chat_id}/messages/{message_id}/continue",
+    responses={
+        **SSE_RESPONSE,
+        202: {"model": RunAccepted, "description": "With `Accept: application/json`."},
+        **errors(*AUTHED, 404, *BODY, 503),
+        **BUDGET_429,
+    },
+)
+async def continue_answer(
+    chat_id: str,
+    message_id: str,
+    body: Regenerate,
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    """Continue an answer (one cut at its token limit, or stopped): a new version of it
+    beside it, its text the old answer's and then what the model says next, as if it had
+    not stopped (the model is given the old answer as its own turn begun). Billed as any
+    run: the old answer counts in its prompt; only the new text is its output. The model:
+    as a send's (the web UI sends the answer's own). 422 `not_continuable` for a question
+    or an answer that has not ended. Streams as a send does; the stream begins with the
+    old answer's text (a `delta` of 0 tokens)."""
+    req = SendRequest(
+        "-", body.model, body.max_tokens, body.sampling_params(), continue_of=message_id
+    )
     run = await svc.submitter.submit(who, chat_id, req, idempotency_key)
     if wants_json(request):
         return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from parley.bus.interface import BusLimits
 from parley.bus.memory.budget import _BudgetOps
 from parley.bus.memory.cancel import _CancelOps
+from parley.bus.memory.inputs import _InputOps
 from parley.bus.memory.load import _LoadOps
 from parley.bus.memory.queue import _QueueOps
 from parley.bus.memory.slots import _SlotOps
@@ -17,7 +18,15 @@ from parley.bus.memory.writes import _WriteOps
 
 
 class MemoryBus(
-    _QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps, _WriteOps
+    _QueueOps,
+    _StreamOps,
+    _CancelOps,
+    _SlotOps,
+    _LoadOps,
+    _BudgetOps,
+    _ThrottleOps,
+    _WriteOps,
+    _InputOps,
 ):
     """The in-process bus (the embedded default). Each section (the base classes) lives in
     its own module, with its state."""

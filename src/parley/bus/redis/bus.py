@@ -10,6 +10,7 @@ from parley.bus.interface import BusLimits
 from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
+from parley.bus.redis.inputs import _InputOps
 from parley.bus.redis.load import _LoadOps
 from parley.bus.redis.queue import _QueueOps
 from parley.bus.redis.shared import MAX_BLOCK_SECONDS
@@ -24,7 +25,15 @@ POOL_WAIT_SECONDS = 20.0
 
 
 class RedisBus(
-    _QueueOps, _StreamOps, _CancelOps, _SlotOps, _LoadOps, _BudgetOps, _ThrottleOps, _WriteOps
+    _QueueOps,
+    _StreamOps,
+    _CancelOps,
+    _SlotOps,
+    _LoadOps,
+    _BudgetOps,
+    _ThrottleOps,
+    _WriteOps,
+    _InputOps,
 ):
     """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
     section (the base classes) lives in its own module, with its keys and scripts."""

@@ -106,22 +106,25 @@ class BuiltinEngine:
         )
 
     def prompt_ids(
-        self, messages: list[ChatMessage], output: OutputSpec | None = None
+        self, messages: list[ChatMessage], output: OutputSpec | None = None, cont: bool = False
     ) -> list[int]:
         """The prompt's tokens: the messages (their tool calls and results) and the tools
-        offered, written as ``calling.py`` says."""
+        offered, written as ``calling.py`` says; ``cont``: the last message is an answer
+        begun, written after its turn's start with nothing after it, for the model to go
+        on (the template renders the messages before it and a new answer's start)."""
         native = template_explains_calls(self.tokenizer.chat_template)
         rendered, tools = template_messages(messages, output or OutputSpec(), native=native)
+        begun = str(rendered.pop()["content"] or "") if cont and rendered else ""
         text = self.tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tools=tools)
-        return self.tokenizer.encode(text)
+        return self.tokenizer.encode(text + begun)
 
     async def _prompt(self, request: GenerationRequest) -> list[int]:
         """``prompt_ids``; a long prompt's in a thread (the encoder lets go of the GIL), so
         the other runs' streams do not wait for it."""
-        messages, output = request.messages, request.output
+        messages, output, cont = request.messages, request.output, request.continue_final
         if sum(len(m.content) for m in messages) <= OFF_LOOP_CHARS:
-            return self.prompt_ids(messages, output)
-        return await asyncio.to_thread(self.prompt_ids, messages, output)
+            return self.prompt_ids(messages, output, cont)
+        return await asyncio.to_thread(self.prompt_ids, messages, output, cont)
 
     def _room(self, prompt_tokens: int, max_tokens: int) -> int:
         """The output a prompt leaves within the model's context window (its positions: past

@@ -1,11 +1,13 @@
 // Branches on screen: ‹ 2/3 › between the versions of a message, editing a question (a new
-// branch), answering again (a sibling answer). Each action asks the server, then shows the
-// chat again: the branch it now shows, and any answer still streaming (rejoined).
+// branch), answering again (a sibling answer), continuing a cut answer (a longer sibling).
+// Each action asks the server, then shows the chat again: the branch it now shows, and any
+// answer still streaming (rejoined).
 
 import { api, newKey, send } from "./api.js";
 import { h } from "./dom.js";
 
-/** The tools under a message: its versions, and edit (questions) or regenerate (answers). */
+/** The tools under a message: its versions, and edit (questions) or regenerate and continue
+ *  (answers). */
 export function branchTools(message, actions) {
   const tools = h("div", { class: "message-tools" });
   const ids = message.sibling_ids || [];
@@ -28,8 +30,18 @@ export function branchTools(message, actions) {
     const again = h("button", { type: "button", class: "link regenerate" }, "Regenerate");
     again.addEventListener("click", () => actions.regenerate(message));
     tools.append(again);
+    if (continuable(message)) {
+      const more = h("button", { type: "button", class: "link continue-answer" }, "Continue");
+      more.addEventListener("click", () => actions.continue(message));
+      tools.append(more);
+    }
   }
   return tools;
+}
+
+/** An answer cut at its token limit, or stopped after saying something, can go on. */
+function continuable(message) {
+  return Boolean(message.content) && (message.cut || message.status === "cancelled");
 }
 
 /** The server side of each action; each resolves once the chat should be shown again. */
@@ -39,6 +51,11 @@ export const branchRequests = {
   edit: (chatId, messageId, content, model) =>
     send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages`, {
       json: model ? { content, model, edit_of: messageId } : { content, edit_of: messageId },
+      headers: { "Idempotency-Key": newKey() },
+    }),
+  continue: (chatId, messageId, model) =>
+    send("POST", `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/continue`, {
+      json: model ? { model } : {},
       headers: { "Idempotency-Key": newKey() },
     }),
   regenerate: (chatId, messageId, model) =>

@@ -8,6 +8,7 @@ import { byId, isolate } from "./dom.js";
 import { answerMeta, messageActions } from "./message-actions.js";
 import { MessageView } from "./messages.js";
 import { followRun } from "./run.js";
+import { TemporaryChat } from "./temporary.js";
 
 const PAGE = 30;
 const NEAR_BOTTOM_PX = 120;
@@ -46,18 +47,22 @@ export class Conversation {
     // the files for the next message (attachments.js); a first file makes the chat
     // (titled by its first message when that is sent: not by the file's name)
     this.files = new AttachmentTray({ notices, ensureChat: () => this.chatId ?? this.createChat(null) });
+    // a temporary chat: switched on (or off) on a new chat, before its first message
+    this.temporary = new TemporaryChat((on) => this.open(null, { temporary: on }));
   }
 
-  /** Show a chat (null: a new, empty one). */
-  async open(chatId) {
+  /** Show a chat (null: a new, empty one; `temporary`: one kept nowhere). */
+  async open(chatId, { temporary = false } = {}) {
     this.detach();
     const generation = ++this.generation;
     this.chatId = chatId;
+    this.temporary.set(temporary && chatId === null);
+    this.temporary.offer(chatId === null);
     this.files.open(chatId);
     this.cursor = null;
     this.list.replaceChildren();
     this.status.textContent = "";
-    this.title.textContent = "New chat";
+    this.title.textContent = temporary ? "Temporary chat" : "New chat";
     this.empty.hidden = chatId !== null;
     this.tools.forChat(chatId);
     if (chatId === null) {
@@ -141,6 +146,7 @@ export class Conversation {
   /** Send the composer's text. Resolves false if nothing was sent (the text is restored). */
   async submit(text) {
     if (this.busy || !text.trim()) return false;
+    if (this.temporary.on) return this.submitTemporary(text);
     const controller = this.begin(null);
     const model = this.models.value; // fixed now: a retry must send the same body
     const tools = this.tools.value;
@@ -180,6 +186,37 @@ export class Conversation {
       return true;
     } catch (err) {
       if (err.code === "content_blocked") return this.refused(err);
+      this.failSend(err, text);
+      return false;
+    } finally {
+      this.finish(controller);
+    }
+  }
+
+  /** A temporary chat's message: sent with the conversation before it; nothing is made
+   *  on the server but the run (no chat, no messages), so nothing is settled after. */
+  async submitTemporary(text) {
+    const controller = this.begin(null);
+    const model = this.models.value;
+    const key = newKey();
+    this.temporary.offer(false);
+    this.empty.hidden = true;
+    const user = this.add({ role: "user", content: text, status: "completed" });
+    const answer = this.add({ role: "assistant", content: "", status: "sending" });
+    this.active.view = answer;
+    try {
+      const post = () => this.temporary.post(text, model, key, controller.signal);
+      const first = await this.admitted(post, controller.signal);
+      if (first === null) {
+        user.el.remove();
+        answer.el.remove();
+        this.hooks.restoreDraft(text);
+        return false;
+      }
+      const done = await this.stream(answer, { first, start: post });
+      if (done) this.temporary.answered(text, answer.text);
+      return true;
+    } catch (err) {
       this.failSend(err, text);
       return false;
     } finally {
@@ -365,8 +402,9 @@ export class Conversation {
       return;
     }
     try {
-      const chat = encodeURIComponent(active.chatId);
-      await api("POST", `/api/chats/${chat}/runs/${encodeURIComponent(runId)}/cancel`);
+      const run = encodeURIComponent(runId);
+      const chat = active.chatId && encodeURIComponent(active.chatId);
+      await api("POST", chat ? `/api/chats/${chat}/runs/${run}/cancel` : `/api/runs/${run}/cancel`);
     } catch (err) {
       this.notices.error(err, "Could not stop the answer");
     }
@@ -437,6 +475,7 @@ export class Conversation {
     return {
       show: (id) => act(() => branchRequests.show(chatId(), id), "Could not show that version"),
       regenerate: (m) => act(() => branchRequests.regenerate(chatId(), m.id, model()), "Could not answer again"),
+      continue: (m) => act(() => branchRequests.continue(chatId(), m.id, this.models.forAnswer(m)), "Could not continue"),
       edit: async (m) => {
         const li = this.list.querySelector(`li[data-message-id="${CSS.escape(m.id)}"]`);
         const text = li && (await editInPlace(this.views.get(li)));

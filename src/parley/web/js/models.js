@@ -42,6 +42,11 @@ export class ModelPicker {
     return this.models.length ? this.select.value : null;
   }
 
+  /** The model to continue an answer with: its own while listed, else the one chosen. */
+  forAnswer(message) {
+    return this.models.some((m) => m.id === message.model) ? message.model : this.value;
+  }
+
   /** A new chat: the model last picked. */
   forNewChat() {
     this.choose(recall());
