@@ -1,6 +1,6 @@
 """Accessibility (issue 46): axe-core (npm, `make pytest` installs it under build/axe) run in
 Chromium on every main screen, in both themes: signed out, a chat, an answer streaming,
-search results, a shared page, the account page, the admin console, and the chat at phone
+search results, a temporary chat, a shared page, the account page, the admin console, and the chat at phone
 width (the drawer open). No serious or critical violation anywhere; the counts by impact,
 per screen, are written to build/axe-report/ and printed at the end of the run. Then a
 keyboard-only session: sign up, send, stop, edit and search without a mouse."""
@@ -125,6 +125,13 @@ def test_no_serious_or_critical_violation_on_any_screen(
     expect(page.get_by_role("button", name="Stop", exact=True)).to_be_visible()
     audit.check(page, "streaming")
     page.get_by_role("button", name="Stop", exact=True).click()
+
+    page.goto(slow.url)
+    page.get_by_role("button", name="Temporary").click()
+    page.get_by_role("textbox", name="Message").fill("/echo kept nowhere")
+    page.keyboard.press("Enter")
+    expect(page.locator("li.assistant")).to_have_attribute("data-status", "completed")
+    audit.check(page, "temporary chat")
 
     page.get_by_role("searchbox", name="Search chats").fill("rivers")
     expect(page.locator(".search-link").first).to_be_visible()

@@ -143,7 +143,8 @@ class Console {
       const until = new Date(made.expires_at).toLocaleTimeString();
       const shown = h("p", { class: "notice reset-link" }, `Hand this to ${user.email} (works once, until ${until}): `,
         h("code", {}, made.url));
-      row.querySelector("td:last-child").append(shown);
+      // (the row shown now: a change answered meanwhile has replaced the one clicked)
+      this.shownRow(user, row).querySelector("td:last-child").append(shown);
       await this.loadAudit(true);
     } catch (err) {
       this.notices.error(err, `Could not make a reset link for ${user.email}`);
@@ -153,12 +154,20 @@ class Console {
   async change(user, body, row) {
     try {
       const changed = await api("PATCH", `/api/admin/users/${encodeURIComponent(user.id)}`, { json: body });
-      row.replaceWith(this.userRow(changed));
+      const shown = this.shownRow(user, row);
+      const fresh = this.userRow(changed);
+      fresh.querySelector("td:last-child").append(...shown.querySelectorAll(".reset-link")); // kept
+      shown.replaceWith(fresh);
       await this.loadAudit(true);
     } catch (err) {
       this.notices.error(err, `Could not change ${user.email}`);
       await this.loadUsers(true);
     }
+  }
+
+  /** The user's row on the page now (`row`, unless a change has replaced it since). */
+  shownRow(user, row) {
+    return row.isConnected ? row : byId("users").querySelector(`tr[data-user-id="${CSS.escape(user.id)}"]`) || row;
   }
 
   async count(user, what, done) {
