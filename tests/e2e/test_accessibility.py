@@ -1,9 +1,9 @@
 """Accessibility (issue 46): axe-core (npm, `make pytest` installs it under build/axe) run in
 Chromium on every main screen, in both themes: signed out, a chat, an answer streaming,
-search results, a temporary chat, a shared page, the account page, the admin console, and the chat at phone
-width (the drawer open). No serious or critical violation anywhere; the counts by impact,
-per screen, are written to build/axe-report/ and printed at the end of the run. Then a
-keyboard-only session: sign up, send, stop, edit and search without a mouse."""
+search results, a temporary chat, a shared page, the account page, the admin console, and
+the chat at phone width (the drawer open). No serious or critical violation anywhere; the
+counts by impact, per screen, are written to build/axe-report/ and printed at the end of the
+run. Then a keyboard-only session: sign up, send, stop, edit and search without a mouse."""
 
 from __future__ import annotations
 
