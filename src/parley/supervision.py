@@ -83,6 +83,10 @@ class Supervisor:
 
         self.keep("engine-watch", check)
 
+    def failing(self) -> str | None:
+        """Why the process cannot go on (None: it can)."""
+        return self.reason if self.fatal.is_set() else None
+
     def fail(self, reason: str) -> None:
         """The process cannot go on: say why, once, and set ``fatal``."""
         if not self.fatal.is_set():

@@ -281,7 +281,7 @@ async def test_the_api_shows_what_a_separate_worker_process_measured(
 ) -> None:
     """``parley api`` and ``parley worker`` with one ``metrics_dir``: the worker generates,
     the api's /metrics shows its time-to-first-token observations and its engine's load.
-    The worker also answers its own /metrics (``--metrics-port``)."""
+    The worker also answers its own /metrics and /healthz (``--metrics-port``)."""
     await truncate(postgres_url)
     (tmp_path / "metrics").mkdir()
     env = {
@@ -307,6 +307,8 @@ async def test_the_api_shows_what_a_separate_worker_process_measured(
             mine = await scrape(own)  # the same directory: the worker sees all of it too
             by = {"model": FAKE_MODEL, "tier": "free"}
             assert total(mine, "parley_time_to_first_token_seconds_count", **by) == 2
+            health = await own.get("/healthz")  # a liveness probe's (deploy/kubernetes)
+            assert health.status_code == 200 and health.json()["status"] == "ok"
     finally:
         api.stop()
         worker.stop()

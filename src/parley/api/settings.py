@@ -16,6 +16,12 @@ class HttpSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="The address to listen on.")
     port: int = Field(default=8000, ge=0, le=65535, description="The port to listen on.")
+    shutdown_grace_seconds: int = Field(
+        default=10,
+        gt=0,
+        description="On SIGTERM: how long open streams may go on before they are closed "
+        "(their clients resume by Last-Event-ID on another api process).",
+    )
     public_url: str | None = Field(
         default=None,
         pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",

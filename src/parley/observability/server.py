@@ -2,7 +2,8 @@
 
 Workers that share a host with an api process need none: with ``metrics_dir`` the api's
 ``/metrics`` already shows them. A worker never imports the HTTP api (``parley.api``), so
-this is a one-route Starlette app beside it, guarded by the same optional token.
+this is a small Starlette app beside it (``/metrics``, guarded by the same optional token,
+and ``/healthz`` for a liveness probe).
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from parley.bus.interface import Bus
@@ -35,8 +36,15 @@ def bearer_is(request: Request, token: SecretStr | None) -> bool:
 
 
 def metrics_app(
-    metrics: Metrics, bus: Bus, engine: Engine | None, token: SecretStr | None
+    metrics: Metrics,
+    bus: Bus,
+    engine: Engine | None,
+    token: SecretStr | None,
+    failing: Callable[[], str | None] = lambda: None,
 ) -> Starlette:
+    """``/metrics``, and ``/healthz`` for a supervisor's liveness probe (503 with the reason
+    once ``failing`` gives one: the worker cannot go on and is exiting), as the api's."""
+
     async def scrape(request: Request) -> Response:
         if not bearer_is(request, token):
             return PlainTextResponse(
@@ -44,7 +52,13 @@ def metrics_app(
             )
         return Response(await metrics.exposition(bus, engine), media_type=CONTENT_TYPE)
 
-    return Starlette(routes=[Route("/metrics", scrape)])
+    async def healthz(_: Request) -> Response:
+        reason = failing()
+        if reason is not None:
+            return JSONResponse({"status": "failing", "reason": reason}, status_code=503)
+        return JSONResponse({"status": "ok", "reason": None})
+
+    return Starlette(routes=[Route("/metrics", scrape), Route("/healthz", healthz)])
 
 
 class _Server(uvicorn.Server):
