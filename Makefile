@@ -134,8 +134,7 @@ deploy/.env:
 
 up: $(COMPOSE_VENV)/bin/podman-compose deploy/.env
 	podman image exists localhost/parley:local || $(MAKE) --no-print-directory image
-	$(COMPOSE) up -d
-	deploy/compose/wait-ready.sh
+	COMPOSE=$(CURDIR)/$(COMPOSE_VENV)/bin/podman-compose deploy/compose/up.sh
 
 down: $(COMPOSE_VENV)/bin/podman-compose
 	$(COMPOSE) down $(if $(VOLUMES),--volumes)

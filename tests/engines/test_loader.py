@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -457,3 +458,17 @@ def test_an_aligned_file_keeps_every_tensor_and_starts_each_on_64_bytes(tmp_path
     for name, tensor in tensors.items():
         assert torch.equal(read[name], tensor), name
         assert read[name].data_ptr() % 64 == 0, name
+
+
+def test_a_cache_that_cannot_be_written_or_cleaned_up_is_only_logged(tmp_path: Path) -> None:
+    """On a read-only filesystem (a container's root) the write fails, and so does removing
+    its temporary file: neither may stop the engine (it did: the worker exited at start)."""
+    cache_file = tmp_path / "model.safetensors"
+    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    tmp.mkdir()  # unlink() of it fails too, as on a read-only filesystem
+
+    def refused(tensors: dict[str, torch.Tensor], path: Path, meta: dict[str, str]) -> None:
+        raise OSError(30, "Read-only file system", str(path))
+
+    assert loader._write_cache(cache_file, {}, {}, write=refused) is False
+    assert not cache_file.exists()

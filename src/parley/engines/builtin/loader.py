@@ -9,6 +9,7 @@ cached beside the dequantized ones, so a second start maps them instead of build
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -243,7 +244,8 @@ def _write_cache(
         return True
     except OSError as exc:
         log.warning("could not cache the model's weights at %s: %s", cache_file, exc)
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (on a read-only filesystem unlink fails too)
+            tmp.unlink(missing_ok=True)
         return False
 
 
