@@ -47,10 +47,7 @@ async def regenerate(
     req = SendRequest(
         "-", body.model, body.max_tokens, body.sampling_params(), regenerate=message_id
     )  # (the question's own text is sent)
-    run = await svc.submitter.submit(who, chat_id, req, idempotency_key)
-    if wants_json(request):
-        return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)
-    return sse(await svc.relay.open(who, run.id, None, owned=True))
+    return await _answered(chat_id, req, request, who, svc, idempotency_key)
 
 
 @router.post(
@@ -81,7 +78,19 @@ async def continue_answer(
     req = SendRequest(
         "-", body.model, body.max_tokens, body.sampling_params(), continue_of=message_id
     )
-    run = await svc.submitter.submit(who, chat_id, req, idempotency_key)
+    return await _answered(chat_id, req, request, who, svc, idempotency_key)
+
+
+async def _answered(
+    chat_id: str,
+    req: SendRequest,
+    request: Request,
+    who: PrincipalDep,
+    svc: ServicesDep,
+    key: str | None,
+) -> Response:
+    """A new answer beside an old one: submitted, then streamed or accepted as a send."""
+    run = await svc.submitter.submit(who, chat_id, req, key)
     if wants_json(request):
         return JSONResponse(accepted(run), status_code=status.HTTP_202_ACCEPTED)
     return sse(await svc.relay.open(who, run.id, None, owned=True))
