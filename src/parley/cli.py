@@ -194,6 +194,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     import uvicorn
 
     from parley.api.app import create_app
+    from parley.api.serving import DrainingServer
     from parley.observability import tracing
     from parley.services import checked_services
 
@@ -220,7 +221,7 @@ async def _http(settings: Settings, *, worker: bool) -> int:
     )
     _freeze_startup_objects()
     try:
-        await _serve_watched(uvicorn.Server(config), services.supervisor)
+        await _serve_watched(DrainingServer(config, services.relay), services.supervisor)
     finally:
         tracing.shutdown()  # export the spans still pending
     return _exit_code(services.supervisor)

@@ -151,6 +151,41 @@ async def test_a_stream_started_on_one_api_resumes_exactly_on_another(cluster: C
     assert sum(1 for e in everything if e.event == "delta") == 60
 
 
+async def test_sigterm_of_an_api_tells_its_stream_to_resume_and_it_resumes_on_another(
+    cluster: Cluster,
+) -> None:
+    """A rolling restart: SIGTERM to the api a client streams from. The stream ends at once
+    (not after the shutdown's grace) with the reconnect hint, ``error`` ``server_restarting``
+    without an id; the client resumes from its last id on the other api: nothing lost or
+    repeated, and the first api exits well within its grace."""
+    api1, base1 = cluster.api()
+    _, base2 = cluster.api()
+    cluster.worker()
+    auth = await _login(base1)
+    chat_id = await _chat(base1, auth)
+
+    seen = await _send(
+        base1, auth, chat_id, after_deltas=10, act=api1.proc.terminate, then_stop=False
+    )
+    hint = seen[-1]
+    assert hint.event == "error" and hint.id is None, hint
+    assert hint.data["code"] == "server_restarting" and hint.data["retry_after"] == 1
+    deltas_before = sum(e.event == "delta" for e in seen)
+    assert deltas_before < 60  # the answer (60 tokens, 40 ms apart) was cut, not finished
+    api1.proc.wait(timeout=10)  # its grace is 20 s: it did not wait for the stream
+
+    run_id = seen[0].data["run_id"]
+    last = next(e.id for e in reversed(seen) if e.id is not None)
+    rest = await _read(base2, {**auth, "Last-Event-ID": str(last)}, f"/api/runs/{run_id}/events")
+    everything = [e for e in seen if e.id is not None] + rest
+    ids = [e.id for e in everything]
+    assert len(ids) == len(set(ids))
+    assert everything[-1].data["status"] == "completed"
+    message = await _message(base2, auth, chat_id, everything[-1].data["message_id"])
+    assert text_of(everything) == message["content"]
+    assert sum(1 for e in everything if e.event == "delta") == 60
+
+
 async def test_sigkill_of_the_worker_mid_stream_fails_the_run_with_its_partial_text(
     cluster: Cluster,
 ) -> None:

@@ -140,6 +140,14 @@ async def test_a_budget_refusal_is_counted_under_its_tier_and_reason(
     assert total(after, refusals) - total(before, refusals) == 1
 
 
+# paced: the answer is still being relayed when the client has read its third delta (at the
+# file's 2 ms a token, a loaded machine relayed the whole answer, and closed the stream,
+# before the client had parsed three deltas)
+@pytest.mark.parametrize(
+    "run_overrides",
+    [{"fake_engine": {"inter_token_latency_ms": 100, "output_tokens": 40}}],
+    ids=["paced"],
+)
 async def test_a_resumed_stream_is_counted_and_open_streams_return_to_zero(
     run_client: httpx.AsyncClient,
 ) -> None:

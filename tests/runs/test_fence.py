@@ -22,9 +22,11 @@ from tests.waiting import eventually
 
 @pytest.fixture
 def run_overrides() -> dict[str, Any]:
-    # time to raise the fence between the claim and the first token; a short lease so that
-    # the sweeper takes the run back soon after the stale attempt gives it up
-    return {"fake_engine": {"time_to_first_token_ms": 1500}, "lease_seconds": 2}
+    # time to raise the fence between the claim and the first token; a lease short enough
+    # that the sweeper takes the run back soon after the stale attempt gives it up, long
+    # enough that the next attempt keeps it on a loaded machine (at 2 s, a CI run at load
+    # ~6 lost attempt 2's lease too, and the run failed mid-stream)
+    return {"fake_engine": {"time_to_first_token_ms": 1500}, "lease_seconds": 5}
 
 
 async def test_a_worker_whose_fence_was_raised_appends_nothing_and_stops(

@@ -17,10 +17,11 @@ class HttpSettings(BaseModel):
     host: str = Field(default="127.0.0.1", description="The address to listen on.")
     port: int = Field(default=8000, ge=0, le=65535, description="The port to listen on.")
     shutdown_grace_seconds: int = Field(
-        default=10,
+        default=20,
         gt=0,
         description="On SIGTERM: how long open streams may go on before they are closed "
-        "(their clients resume by Last-Event-ID on another api process).",
+        "(/api streams are told at once to resume by Last-Event-ID on another api process; "
+        "a quiet one hears it at its next keep-alive).",
     )
     public_url: str | None = Field(
         default=None,

@@ -6,6 +6,12 @@ before any byte is sent). When a read finds nothing after the id and the run has
 (its stream expired, the id past its end, or its end never reached the stream, which is
 read once more first), the stored message is sent as one ``delta`` (``replace: true``)
 and a ``done``.
+
+On SIGTERM the api process drains (``drain``): each resumable stream (``open``: the SSE of
+``/api``) ends after its next batch or keep-alive with an ``error`` ``server_restarting``
+without an id, whose ``retry_after`` says when to resume by ``Last-Event-ID`` (through the
+proxy, on another api process). ``/v1`` streams, which their clients cannot resume, go on
+until their end or the shutdown's grace.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # a run stored as ended whose stream lacks its end: how long its last events are waited for
 END_GRACE_SECONDS = 0.5
+# a drained stream's client resumes after this long (on another api process)
+RESUME_AFTER_RESTART_SECONDS = 1.0
 STORED_ID = "0-1"
 STORED_DONE_ID = "0-2"
 
@@ -44,6 +52,12 @@ class Relay:
         self._bus = bus
         self._settings = settings
         self._metrics = metrics
+        self._draining = False
+
+    def drain(self) -> None:
+        """The process is shutting down: every resumable stream ends at its next batch or
+        keep-alive with the ``server_restarting`` hint (see the module's docstring)."""
+        self._draining = True
 
     async def open(
         self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
@@ -52,10 +66,17 @@ class Relay:
         run's events as SSE frames.
 
         ``owned``: the caller has just made or read this run for this user."""
-        return _frames(await self.batches(who, run_id, last_event_id, owned=owned))
+        batches = await self.batches(who, run_id, last_event_id, owned=owned, resumable=True)
+        return _frames(batches)
 
     async def batches(
-        self, who: Principal, run_id: str, last_event_id: str | None, *, owned: bool = False
+        self,
+        who: Principal,
+        run_id: str,
+        last_event_id: str | None,
+        *,
+        owned: bool = False,
+        resumable: bool = False,
     ) -> AsyncIterator[Batch]:
         """As ``open``, the run's stream entries themselves, as many at once as one read of
         the bus gave (``[PING]`` after each quiet interval): a relay writes each batch to
@@ -73,7 +94,7 @@ class Relay:
                 code="too_many_streams",
                 retry_after=self._settings.ping_interval_seconds,
             )
-        return self._relay(who, run_id, after, slot, ended=ended)
+        return self._relay(who, run_id, after, slot, ended=ended, resumable=resumable)
 
     async def _hold(self, who: Principal, slot: str) -> bool:
         """Take, or refresh, one of the user's stream slots (a held slot always refreshes)."""
@@ -85,7 +106,14 @@ class Relay:
         )
 
     async def _relay(
-        self, who: Principal, run_id: str, after: str | None, slot: str, *, ended: bool
+        self,
+        who: Principal,
+        run_id: str,
+        after: str | None,
+        slot: str,
+        *,
+        ended: bool,
+        resumable: bool,
     ) -> AsyncIterator[Batch]:
         """Entries after ``after`` until ``done``, and ``PING`` after each quiet interval.
         With nothing (more) to read, a run that has ended answers from the store and closes:
@@ -98,6 +126,9 @@ class Relay:
         try:
             async for batch in self._follow(who, run_id, after, slot, wait=wait):
                 yield batch
+                if resumable and self._draining and not _ends(batch):
+                    yield [_restarting_entry()]
+                    return
         except OUTAGE_EXCEPTIONS as e:  # the bus went away: the client is told to resume
             down = outage(e)
             assert down is not None
@@ -170,6 +201,18 @@ def _outage_entry(down: DependencyUnavailable) -> StreamEntry:
     (``dependency_unavailable``, ``retry_after``): the client resumes from its last id."""
     message = f"{down.message.split(';')[0]}; resume this stream with Last-Event-ID"
     return StreamEntry("", error_event(down.code, message, retry_after=down.retry_after))
+
+
+def _ends(batch: Batch) -> bool:
+    last = batch[-1]
+    return isinstance(last, StreamEntry) and last.event.kind is EventKind.DONE
+
+
+def _restarting_entry() -> StreamEntry:
+    """A drained stream's last event: an ``error`` without an id (``server_restarting``)."""
+    message = "this server is restarting; resume this stream with Last-Event-ID"
+    retry = RESUME_AFTER_RESTART_SECONDS
+    return StreamEntry("", error_event("server_restarting", message, retry_after=retry))
 
 
 def _to_done(entries: list[StreamEntry]) -> list[StreamEntry]:

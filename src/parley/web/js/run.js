@@ -66,6 +66,9 @@ function reopen(state, start, signal) {
   });
 }
 
+// errors that end a stream, not the run: the client resumes it by Last-Event-ID
+const RESUMABLE = new Set(["dependency_unavailable", "server_restarting"]);
+
 async function consume(response, state, on) {
   for await (const ev of readEvents(response)) {
     const data = JSON.parse(ev.data);
@@ -85,8 +88,9 @@ async function consume(response, state, on) {
       on.toolConfirm?.(data);
     } else if (ev.event === EVENT.TOOL_ANSWER) {
       on.toolAnswer?.(data);
-    } else if (ev.event === EVENT.ERROR && data.code === "dependency_unavailable") {
-      state.retryAfter = data.retry_after ?? null; // the bus went away: resume after this
+    } else if (ev.event === EVENT.ERROR && RESUMABLE.has(data.code)) {
+      // the bus went away, or this api process is restarting: resume after this
+      state.retryAfter = data.retry_after ?? null;
       return null;
     } else if (ev.event === EVENT.ERROR) {
       on.error?.(data);
