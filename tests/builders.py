@@ -9,7 +9,10 @@ these builders; tests that need one directly import it from here, never from a c
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -77,6 +80,22 @@ def fast_passwords() -> Passwords:
 def sqlite_url(directory: Path) -> str:
     """The URL of a SQLite database file in ``directory``."""
     return f"sqlite+aiosqlite:///{directory / 'parley.db'}"
+
+
+_template: list[Path] = []  # this process's migrated SQLite database, made once
+
+
+def migrated_sqlite(directory: Path) -> str:
+    """The URL of a migrated, empty SQLite database in ``directory``: a copy of one this
+    process migrated once (migrating each test's database afresh cost ~0.3 s a test)."""
+    if not _template:
+        made = Path(tempfile.mkdtemp(prefix="parley-template-"))
+        atexit.register(shutil.rmtree, made, True)
+        asyncio.run(migrate(sqlite_url(made)))
+        assert not list(made.glob("parley.db-*")), "the migrated database left a journal"
+        _template.append(made / "parley.db")
+    shutil.copyfile(_template[0], directory / "parley.db")
+    return sqlite_url(directory)
 
 
 async def migrate(url: str) -> None:

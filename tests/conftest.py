@@ -42,11 +42,10 @@ from tests.builders import (
     POSTGRES_URL,
     ROOMY_TIERS,
     make_bus,
-    migrate,
+    migrated_sqlite,
     reset_postgres,
     served,
     services_for,
-    sqlite_url,
     truncate,
 )
 from tests.seaweed import S3Server, seaweed
@@ -105,9 +104,7 @@ def postgres_url() -> Iterator[str]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database of each backend."""
     if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        asyncio.run(migrate(url))
-        return url
+        return migrated_sqlite(tmp_path)
     url = str(request.getfixturevalue("postgres_url"))
     asyncio.run(truncate(url))
     return url
@@ -151,9 +148,7 @@ async def client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     """(database url, bus kind) of a migrated, empty store."""
     if request.param == "sqlite-memory":
-        url = sqlite_url(tmp_path)
-        asyncio.run(migrate(url))
-        return url, "memory"
+        return migrated_sqlite(tmp_path), "memory"
     url = str(request.getfixturevalue("postgres_url"))
     asyncio.run(truncate(url))
     return url, "redis"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build parley's images with podman from a debootstrapped Debian base (no registry is needed,
 # none is reachable here):
-#   localhost/parley-base:bookworm   Debian 12 minbase with Python 3.11 and ICU
+#   localhost/parley-base:bookworm   Debian 12 minbase with Python 3.11, ICU and gcc (the
+#                                    built-in engine's native decode step compiles for the CPU
+#                                    it runs on)
 #   localhost/parley:local           parley and its pinned dependencies (wheels built on this
 #                                    host from constraints.txt), the bundled model's cache
 #   localhost/parley-infra:local     Postgres 15, Redis 7, nginx and SeaweedFS for compose.yaml
@@ -21,7 +23,7 @@ base_image() {
     say "debootstrap: Debian bookworm minbase into $OUT/rootfs"
     rm -rf "$OUT/rootfs"
     debootstrap --variant=minbase \
-      --include=python3,python3-venv,libicu72,ca-certificates,tini \
+      --include=python3,python3-venv,libicu72,ca-certificates,tini,gcc,libc6-dev \
       bookworm "$OUT/rootfs" "$MIRROR" >"$OUT/debootstrap.log"
     rm -rf "$OUT/rootfs/var/cache/apt/archives/"*.deb "$OUT/rootfs/var/lib/apt/lists/"*
     touch "$OUT/rootfs/.done"

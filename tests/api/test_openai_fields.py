@@ -8,7 +8,6 @@ on one stack (what a field does does not depend on the database or the bus).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from parley.openai.params import NOT_YET
 from parley.openai.protocol import ChatCompletionRequest
-from tests.builders import migrate, sqlite_url
+from tests.builders import migrated_sqlite
 from tests.engines.tiny import save_tiny_chat_model
 from tests.helpers import bearer, new_api_key
 
@@ -42,9 +41,7 @@ def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(params=["sqlite-memory"])
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    url = sqlite_url(tmp_path)
-    asyncio.run(migrate(url))
-    return url, "memory"
+    return migrated_sqlite(tmp_path), "memory"
 
 
 @pytest.fixture

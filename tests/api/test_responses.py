@@ -5,7 +5,6 @@ the whole response, and what parley refuses named."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.builders import migrate, sqlite_url
+from tests.builders import migrated_sqlite
 from tests.engines.tiny import save_tiny_chat_model
 from tests.helpers import new_api_key
 
@@ -41,9 +40,7 @@ def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(params=["sqlite-memory"])
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    url = sqlite_url(tmp_path)
-    asyncio.run(migrate(url))
-    return url, "memory"
+    return migrated_sqlite(tmp_path), "memory"
 
 
 @pytest.fixture

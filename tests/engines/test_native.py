@@ -4,6 +4,7 @@ holds, the same answers as PyTorch's forward, and the ``native_decode`` setting'
 from __future__ import annotations
 
 import platform
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,22 @@ def test_the_library_is_built_once_per_source_and_cpu(tmp_path: Path) -> None:
     build.load(tmp_path)
     assert first.stat().st_mtime_ns == built
     assert build.library_path(tmp_path) == first
+
+
+def test_a_cache_that_cannot_be_written_builds_into_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in the image: a home that cannot be written (here: a cache directory that cannot
+    be made, below a file; a non-root user's read-only home is refused by ``os.access``)."""
+    (tmp_path / "file").write_text("")
+    cache = tmp_path / "file" / "cache"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    lib = build.load(cache)
+    built = tmp_path / "tmp" / "parley-native" / build.library_path(cache).name
+    assert built.is_file() and lib._name == str(built)
+    build.load(cache)  # found there by the next start of this container
+    assert len(list((tmp_path / "tmp" / "parley-native").glob("*.so"))) == 1
 
 
 def test_the_setting_takes_auto_on_off_and_nothing_else() -> None:

@@ -3,7 +3,8 @@
 The library is built for this CPU (``-march=native``: AVX-512 where there is AVX-512, AVX2
 where not), so it is compiled where it runs, not shipped: the first start takes ~1-2 s more
 and caches the result under ``~/.cache/parley/native/``, keyed by the source, the compiler,
-its flags and the CPU's flags, so a later start (or another CPU) finds the right one. No
+its flags and the CPU's flags, so a later start (or another CPU) finds the right one (a cache
+that cannot be written, as an image's read-only home, builds into the temporary directory). No
 compiler, or a failed build, is not an error: the engine then runs its PyTorch path alone
 (``NativeUnavailable`` says why).
 """
@@ -16,6 +17,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -72,11 +74,25 @@ def load(cache_dir: Path | None = None, march: str = "native") -> ctypes.CDLL:
     """The library, compiled first if this machine has not built it yet."""
     path = library_path(cache_dir, march)
     if not path.is_file():
-        _compile(path, march)
+        path = _writable(path)
+        if not path.is_file():
+            _compile(path, march)
     try:
         return ctypes.CDLL(str(path))
     except OSError as exc:
         raise NativeUnavailable(f"could not load {path}: {exc}") from exc
+
+
+def _writable(path: Path) -> Path:
+    """``path``, or the same name under the temporary directory when its cache directory
+    cannot be made or written (a container's read-only root: built once per container)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if os.access(path.parent, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / "parley-native" / path.name
 
 
 def _compile(path: Path, march: str) -> None:
