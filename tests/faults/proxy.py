@@ -5,7 +5,10 @@ it passes bytes both ways until told to fail, as a network or a server would:
   ``restore()`` lets them through again (it came back);
 * ``delay(seconds)``: every chunk, each way, waits this long first (a slow link);
 * ``drop_after(n)``: each connection opened from now on is closed once it has carried ``n``
-  bytes towards the server (a connection cut mid-request).
+  bytes towards the server (a connection cut mid-request);
+* ``reset_on_next_request()``: each connection open now is reset when it next carries bytes
+  either way, which never get there (its server restarted behind it, unsaid: a request
+  waiting for its reply, as a blocking read, fails too).
 
 One asyncio server on 127.0.0.1 at a free port (``port``), in the test's event loop.
 """
@@ -22,6 +25,7 @@ class _Pipe:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    doomed: bool = False
 
     def close(self) -> None:
         for task in self.tasks:
@@ -76,6 +80,10 @@ class FaultProxy:
     def drop_after(self, count: int | None) -> None:
         self._drop_after = count
 
+    def reset_on_next_request(self) -> None:
+        for pipe in self._pipes:
+            pipe.doomed = True
+
     @property
     def open_connections(self) -> int:
         return len(self._pipes)
@@ -110,6 +118,8 @@ class FaultProxy:
             while data := await reader.read(65536):
                 if self._delay:
                     await asyncio.sleep(self._delay)
+                if pipe.doomed:
+                    break  # a request, or a reply to one sent before: reset both ends
                 if limit is not None and carried + len(data) > limit:
                     writer.write(data[: limit - carried])
                     break

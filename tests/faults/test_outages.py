@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from parley.bus.redis.health import HEALTH_CHECK_SECONDS
+from parley.services import Services
 from tests.builders import BACKENDS
 from tests.faults.helpers import (
     RECOVERY_SECONDS,
@@ -57,6 +59,31 @@ async def test_a_redis_outage_keeps_reads_refuses_sends_and_heals(
     redis_proxy.restore()
     await recovered(client, auth, chat_id)
     assert (await client.get("/readyz")).status_code == 200
+    await no_run_left_open(postgres_url)
+
+
+async def test_connections_a_restarted_redis_left_behind_fail_no_send_and_no_run(
+    client: httpx.AsyncClient, split: Services, redis_proxy: FaultProxy, postgres_url: str
+) -> None:
+    """Redis restarted in a container: the pool's idle connections still look open (no FIN
+    came) and die at their next command. An idle connection is PINGed before use and the
+    PING, not the command, is tried again on a new connection: the next sends are accepted
+    and their runs completed, as if nothing had happened (parley.bus.redis.health)."""
+    auth = await user_headers(client, "ada@example.com")
+    chat_id = await new_chat(client, auth)
+    first = await send_json(client, auth, chat_id)
+    assert (await wait_run(client, auth, first["run_id"]))["status"] == "completed"
+    await asyncio.gather(*(split.bus.queue_depth() for _ in range(20)))  # 20 in the pool
+    redis_proxy.reset_on_next_request()  # Redis restarted: every connection dead, unsaid
+    # it was down a while (a container restarts in seconds): what the sweeper and the worker
+    # tried meanwhile failed (as it should), what they did not try is left idle, and stale
+    await asyncio.sleep(HEALTH_CHECK_SECONDS + 0.5)
+    # as many commands at once as the pool has connections: the stale ones among them too
+    await asyncio.gather(*(split.bus.queue_depth() for _ in range(20)))
+    for _ in range(3):
+        r = await send(client, auth, chat_id)
+        assert r.status_code == 202, r.text
+        assert (await wait_run(client, auth, r.json()["run_id"]))["status"] == "completed"
     await no_run_left_open(postgres_url)
 
 

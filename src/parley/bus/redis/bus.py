@@ -10,6 +10,7 @@ from parley.bus.interface import BusLimits
 from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
+from parley.bus.redis.health import HEALTH_CHECK_SECONDS, checked_pool
 from parley.bus.redis.inputs import _InputOps
 from parley.bus.redis.load import _LoadOps
 from parley.bus.redis.queue import _QueueOps
@@ -55,7 +56,10 @@ class RedisBus(
             # blocking calls (BLPOP in wait_cancel, BZPOPMIN in dequeue) may wait longer
             # than redis-py's default 5 s socket timeout; they are capped below this
             socket_timeout=MAX_BLOCK_SECONDS + 10,
+            # an idle connection is PINGed first: one left by a restarted Redis is replaced
+            health_check_interval=HEALTH_CHECK_SECONDS,
         )
+        checked_pool(pool)
         self._redis = aioredis.Redis(connection_pool=pool)
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)

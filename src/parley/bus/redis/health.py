@@ -1,0 +1,51 @@
+"""Pooled Redis connections that outlive their server: found before use, not by a command.
+
+A Redis that restarts in a container, or fails over, can leave the pool's idle connections
+pointing at a peer that is gone without having said so (no FIN: the container's network was
+torn down): the pool's check at checkout sees nothing to read and hands one out, and the
+next command on it fails (``ConnectionError``), so a send or a run failed once per stale
+connection after every restart. Commands are not retried (a command whose reply was lost
+may have run: an append twice, a budget charged twice). Instead a connection idle for more
+than ``HEALTH_CHECK_SECONDS`` is PINGed before its command, and a failed PING, which has no
+effect to repeat, is retried once on a new connection (``_PingRetried``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+HEALTH_CHECK_SECONDS = 1.0
+# (redis-py turns a socket's OSError into its ConnectionError)
+_PING_RETRY = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError, RedisTimeoutError))
+
+
+class _PingRetried:
+    """Mixed into the pool's connection class: its health check's PING retried once."""
+
+    health_check_interval: float
+    next_health_check: float
+
+    async def check_health(self) -> None:
+        if (
+            self.health_check_interval
+            and asyncio.get_running_loop().time() > self.next_health_check
+        ):
+            await _PING_RETRY.call_with_retry(
+                self._send_ping,  # type: ignore[attr-defined]
+                self._ping_failed,  # type: ignore[attr-defined]
+                with_failure_count=True,
+            )
+
+
+def checked_pool(pool: aioredis.ConnectionPool) -> aioredis.ConnectionPool:
+    """``pool``, its connections (plain, TLS or Unix socket, as its URL chose) made with the
+    retried health check; give the pool ``health_check_interval=HEALTH_CHECK_SECONDS``."""
+    base = pool.connection_class
+    pool.connection_class = type(f"PingRetried{base.__name__}", (_PingRetried, base), {})
+    return pool
