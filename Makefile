@@ -19,7 +19,7 @@ BWRAP ?= /usr/bin/bwrap
 # each worker has a Postgres database of its own (tests/builders.py)
 WORKERS ?= 3
 
-.PHONY: serve test screenshots lint typecheck pytest fuzz fuzz-sqlite fuzz-postgres peer-test clean \
+.PHONY: serve test screenshots lint typecheck pytest kubectl fuzz fuzz-sqlite fuzz-postgres peer-test clean \
 	image up down stack-test
 
 # torch comes pinned by constraints.txt (2.13.0: the CPU build); the bundled model's package
@@ -83,7 +83,13 @@ $(AXE):
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq npm >/dev/null; }
 	npm install --silent --no-audit --no-fund --prefix build/axe axe-core@$(AXE_VERSION)
 
-pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE)
+# kubectl (kustomize built in) renders the Kubernetes manifests in tests/deploy: these
+# machines carry it (Google Cloud SDK's apt source); elsewhere apt-get is asked for it
+kubectl:
+	command -v kubectl >/dev/null || { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kubectl >/dev/null; }
+
+pytest: $(VENV)/.dev $(CHROMIUM) $(PG_AUTOCTL) $(BWRAP) $(AXE) kubectl
 	PARLEY_TEST_POSTGRES_URL=$(subst postgresql://,postgresql+asyncpg://,$(POSTGRES_URL)) \
 		PARLEY_TEST_AXE=$(AXE) PARLEY_TEST_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal --durations=40 $(ARGS)
 

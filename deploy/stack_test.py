@@ -221,22 +221,28 @@ def redis_restarted() -> None:
     statuses: list[int] = []
     run("podman", "stop", "-t", "5", container("redis"))
     for _ in range(6):
-        statuses.append(post_status(c, chat))
+        statuses.append(post(c, chat).status_code)
         time.sleep(0.5)
     run("podman", "start", container("redis"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        statuses.append(post_status(c, chat))
-        if statuses[-1] == 202:
+        r = post(c, chat)
+        statuses.append(r.status_code)
+        if r.status_code == 202:
+            ended(c, r.json()["run_id"])
             break
         time.sleep(1)
     report["redis_restart_statuses"] = statuses
     assert 503 in statuses and statuses[-1] == 202, statuses
     assert not [s for s in statuses if s >= 500 and s != 503], statuses
     say(f"sends across a Redis restart: {statuses}")
+    # and what is sent after it is answered: no connection the restart left behind fails it
+    ends = [ended(c, send(c, chat, f"Say {n}.", max_tokens=16)["run_id"]) for n in range(4)]
+    report["runs_after_redis_restart"] = [e["status"] for e in ends]
+    assert all(e["status"] == "completed" for e in ends), report["runs_after_redis_restart"]
 
 
-def post_status(c: httpx.Client, chat: str) -> int:
+def post(c: httpx.Client, chat: str) -> httpx.Response:
     r = c.post(
         f"/api/chats/{chat}/messages",
         json={"content": "hello", "max_tokens": 8},
@@ -244,7 +250,7 @@ def post_status(c: httpx.Client, chat: str) -> int:
     )
     if r.status_code == 503:
         assert r.headers.get("Retry-After"), r.headers
-    return r.status_code
+    return r
 
 
 def api_rolled_while_streaming() -> None:
@@ -315,7 +321,7 @@ def mib(row: dict[str, Any]) -> int:
 
 
 def under_load(streams: int = 50) -> None:
-    users = [client() for _ in range(5)]
+    users = [client() for _ in range(streams)]  # one each: a free user runs one at a time
     done: list[str] = []
 
     def one(i: int) -> None:
@@ -338,6 +344,7 @@ def under_load(streams: int = 50) -> None:
         t.join(300)
     report["load"] = {"streams": streams, "ends": {k: done.count(k) for k in set(done)}}
     say(f"{streams} streams: {report['load']['ends']}")
+    assert done.count("done") == streams, report["load"]
 
 
 def measure_image() -> None:

@@ -27,7 +27,7 @@ CUSTOM = {("keda.sh/v1alpha1", "ScaledObject")}  # a CRD: no schema in Kubernete
 
 def rendered(overlay: str) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl (with kustomize built in) is needed: make installs it"
+    assert kubectl, "kubectl (kustomize built in) is needed: `make kubectl` asks apt for it"
     out = subprocess.run(
         [kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)],
         capture_output=True,
