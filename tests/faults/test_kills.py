@@ -186,6 +186,31 @@ async def test_sigterm_of_an_api_tells_its_stream_to_resume_and_it_resumes_on_an
     assert sum(1 for e in everything if e.event == "delta") == 60
 
 
+async def test_sigterm_of_a_worker_lets_its_answer_finish_then_it_exits(cluster: Cluster) -> None:
+    """A worker told to stop (a rolling update) takes no new run and finishes the one it is
+    generating within its grace (``runs.lease_seconds``, 2 s here; 20 tokens of 40 ms are
+    left), then exits 0; a run sent meanwhile waits for the next worker."""
+    _, base = cluster.api()
+    worker = cluster.worker()
+    auth = await _login(base)
+    chat_id = await _chat(base, auth)
+    async with asyncio.timeout(60):
+        seen = await _send(
+            base, auth, chat_id, after_deltas=40, act=worker.proc.terminate, then_stop=False
+        )
+    assert seen[-1].event == "done" and seen[-1].data["status"] == "completed", seen[-1]
+    assert sum(e.event == "delta" for e in seen) == 60
+    assert worker.proc.wait(timeout=15) == 0
+    assert "parley worker stopping: finishing runs in progress" in worker.output()
+
+    later = await _submit(base, auth, chat_id)
+    await asyncio.sleep(1)
+    assert (await _run(base, auth, later))["status"] == "queued"  # no worker took it
+    cluster.worker()
+    evs = await _read(base, auth, f"/api/runs/{later}/events")
+    assert evs[-1].data["status"] == "completed"
+
+
 async def test_sigkill_of_the_worker_mid_stream_fails_the_run_with_its_partial_text(
     cluster: Cluster,
 ) -> None:
