@@ -90,7 +90,6 @@ async def test_a_v1_stream_is_not_cut_by_the_drain(
         api_key=key,
         max_retries=0,
         timeout=30,
-        http_client=run_client,
     )
     stream = await oai.chat.completions.create(
         model=FAKE_MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
