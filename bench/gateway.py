@@ -51,6 +51,7 @@ from stacks import (
     BENCH_TIERS,
     Proc,
     Stack,
+    cpu_of,
     ensure_database,
     free_port,
     loop_runner,
@@ -124,6 +125,14 @@ class Target:
         self.close()
         for server in reversed(self.servers):
             server.stop()
+
+    def pids(self) -> dict[str, int]:
+        """Each of its server processes by its part (serve; api and worker; litellm)."""
+        found: dict[str, int] = {}
+        for server in self.servers:
+            own = server.pids() if isinstance(server, Stack) else {self.name: server.proc.pid}
+            found.update(own)
+        return found
 
 
 class _Answer:
@@ -454,6 +463,8 @@ class Figures:
     tokens: int = 0
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+    answers: int = 0  # whole answers at concurrency
+    cpu: dict[str, float] = field(default_factory=dict)  # each process's CPU s meanwhile
 
     def take(self, results: list[Result], *, timed: bool) -> None:
         for r in results:
@@ -461,6 +472,7 @@ class Figures:
                 self.errors.append(r.error)
             elif not timed:
                 self.tokens += r.tokens
+                self.answers += 1
             elif r.ttft is not None:
                 self.ttft.append(r.ttft)
                 self.total.append(r.total)
@@ -480,7 +492,7 @@ def split(n: int, parts: int) -> list[int]:
 
 
 async def measure(
-    targets: list[Target], args: argparse.Namespace
+    targets: list[Target], args: argparse.Namespace, upstream_pid: int
 ) -> dict[str, tuple[Figures, Figures]]:
     one = {t.name: Figures() for t in targets}
     many = {t.name: Figures() for t in targets}
@@ -497,9 +509,15 @@ async def measure(
         sent += n
     for r, n in enumerate(split(args.load_requests, args.rounds)):
         for t in rotated(targets, r):
+            pids = t.pids() or {"upstream": upstream_pid}  # direct: the upstream's own
+            before = cpu_of(pids)
             results, seconds = await concurrent(t, sent, n, args.concurrency, args.tokens)
+            spent = cpu_of(pids)
             many[t.name].take(results, timed=False)
             many[t.name].seconds += seconds
+            cpu = many[t.name].cpu
+            for role in pids:
+                cpu[role] = cpu.get(role, 0.0) + spent[role] - before[role]
         sent += n
     return {t.name: (one[t.name], many[t.name]) for t in targets}
 
@@ -540,6 +558,13 @@ def report(
     for name, (one, many) in figures.items():
         for e in sorted(set(one.errors + many.errors))[:3]:
             print(f"{name}: error: {e}")
+    print(f"\nCPU per answer at concurrency {args.concurrency}, by process (from /proc):\n")
+    print("| target | answers | CPU ms per answer |")
+    print("|---|---|---|")
+    for name, (_, many) in figures.items():
+        answers = max(1, many.answers)
+        each = ", ".join(f"{role} {v / answers * 1e3:.2f}" for role, v in many.cpu.items())
+        print(f"| {LABELS[name]} | {many.answers} | {each} |")
     if "serve" in figures:
         one, many = figures["serve"]
         extra = (pct(one.ttft, 50) - d50) * 1e3
@@ -564,7 +589,7 @@ async def main_async(args: argparse.Namespace) -> None:
             if not any(t.name == "direct" for t in run.targets):
                 raise SystemExit("the upstream itself does not answer")
             started = time.monotonic()
-            figures = await measure(run.targets, args)
+            figures = await measure(run.targets, args, run.upstream.proc.pid)
             report(figures, run, args)
             print(f"\nmeasured in {time.monotonic() - started:.0f} s")
         finally:

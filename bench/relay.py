@@ -26,13 +26,26 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from stacks import BENCH_TIERS, pct, start_stack
+from stacks import (
+    BENCH_TIERS,
+    REDIS_URL,
+    CpuTrace,
+    Proc,
+    Stack,
+    free_port,
+    pct,
+    profile,
+    start_stack,
+    wait_ready,
+)
 
 from parley.engines.fake import FakeEngine, FakeEngineConfig
 from parley.engines.interface import ChatMessage, GenerationRequest
@@ -194,11 +207,20 @@ async def new_chats(base: str, auth: dict[str, str], n: int) -> list[str]:
         return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
-async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], int]:
+@dataclass
+class Step:
+    gaps: list[float]  # between tokens, while every stream flowed
+    completed: int
+    cpu_per_token: dict[str, float]  # each process's CPU seconds per token delivered then
+
+
+async def load_step(stack: Stack, streams: int, ramp: float, profiled: str = "") -> Step:
     """Gaps between tokens while every stream is flowing: after the last stream's first
-    token and before the first stream's end (start-up and settling are Part 1's cost).
+    token and before the first stream's end (start-up and settling are Part 1's cost), and
+    the CPU each process of the stack spent in that window per token delivered in it.
     Each stream is a message in a chat of its own (one user's): N conversations at once,
     not N answers queued in one chat whose history grows with each."""
+    base = stack.base
     auth, _ = await login(base)
     chats = await new_chats(base, auth, streams)
     token = auth["Authorization"].split()[1]
@@ -211,27 +233,73 @@ async def load_step(base: str, streams: int, ramp: float) -> tuple[list[float], 
         path = f"/api/chats/{chats[i]}/messages"
         return await one_stream(host, int(port), path, body, token, marks)
 
-    results = await asyncio.gather(*(start(i) for i in range(streams)), return_exceptions=True)
+    async def record() -> None:  # once every stream flows, for 10 s (``--profile``)
+        await asyncio.sleep(ramp + 2)
+        recorders = profile(stack.pids(), 10, profiled)
+        await asyncio.to_thread(lambda: [r.wait() for r in recorders])
+
+    recording = asyncio.create_task(record()) if profiled else None
+    async with CpuTrace(stack.pids()) as trace:
+        results = await asyncio.gather(*(start(i) for i in range(streams)), return_exceptions=True)
+    if recording is not None:
+        await recording
     spans = [r for r in results if isinstance(r, tuple) and r[0] is not None and r[1] is not None]
     if not spans:
-        return [], 0
+        return Step([], 0, {})
     begin = max(f for f, _ in spans if f is not None)
     end = min(e for _, e in spans if e is not None)
-    gaps = [gap for at, gap in marks if begin < at <= end]
-    return gaps, len(spans)
+    inside = [gap for at, gap in marks if begin < at <= end]
+    cpu = trace.between(begin, end)
+    per_token = {role: seconds / len(inside) for role, seconds in cpu.items()} if inside else {}
+    return Step(inside, len(spans), per_token)
+
+
+def start_bare(tokens: int, tmp: Path) -> Stack:
+    """bench/bare_relay.py's relay and producer, as processes, on the bench's Redis."""
+    port = free_port()
+    namespace = f"bare-{uuid.uuid4().hex[:8]}"
+    script = [sys.executable, str(Path(__file__).with_name("bare_relay.py"))]
+    common = ["--redis", REDIS_URL, "--namespace", namespace]
+    producer = Proc(
+        ["producer", *common, "--tokens", str(tokens)], {}, tmp / "bare-producer.log", argv=script
+    )
+    relay = Proc(["relay", "--port", str(port), *common], {}, tmp / "bare-relay.log", argv=script)
+    base = f"http://127.0.0.1:{port}"
+    stack = Stack("bare relay", base, [relay, producer], ["relay", "producer"])
+    try:
+        wait_ready(stack.base, procs=(relay, producer))
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
 
 
 async def part2(
-    kind: str, levels: list[int], tokens: int, tmp: Path, *, compare: bool, arrivals: float
+    kind: str,
+    levels: list[int],
+    tokens: int,
+    tmp: Path,
+    *,
+    compare: bool,
+    arrivals: float,
+    profiled: bool = False,
 ) -> None:
-    title = "one `parley serve` process" if kind == "serve" else "one `parley api` + a worker"
+    title = {
+        "serve": "one `parley serve` process",
+        "split": "one `parley api` + a worker",
+        "bare": "the bare relay (bench/bare_relay.py: Redis to SSE, no durability, auth or"
+        " accounting) + its producer",
+    }[kind]
     print(
         f"\n## Part 2: {title}, streams at 1 token / 50 ms, {tokens} + N/2 tokens each,"
         f" {arrivals:g} new a second\n"
     )
     modes = [("off", "false"), ("on", "true")] if compare else [("on", "true")]
-    print("| streams | append batching | completed | inter-token p50 ms | p99 ms | max ms |")
-    print("|---------|-----------------|-----------|--------------------|--------|--------|")
+    print(
+        "| streams | append batching | completed | inter-token p50 ms | p99 ms | max ms"
+        " | CPU µs per token delivered, by process |"
+    )
+    print("|---|---|---|---|---|---|---|")
     best = {name: 0 for name, _ in modes}
     going = dict.fromkeys(best, True)
     for streams in levels:
@@ -241,22 +309,25 @@ async def part2(
             # every stream must still be flowing when the last one starts: longer at higher N
             length = tokens + streams // 2
             env = {**engine_env(0, 50, length, 100_000), "PARLEY_STREAM_APPEND_BATCHING": flag}
-            stack = start_stack(kind, env, tmp)
+            stack = start_bare(length, tmp) if kind == "bare" else start_stack(kind, env, tmp)
             try:
                 # new conversations at ``arrivals`` a second (100: over three times the rate
                 # that keeps N streams of the default length going, N / duration by Little's
                 # law); all flow at once for most of their length
-                gaps, completed = await load_step(stack.base, streams, ramp=streams / arrivals)
+                name = f"relay-{kind}-{streams}" if profiled else ""
+                step = await load_step(stack, streams, ramp=streams / arrivals, profiled=name)
             finally:
                 stack.stop()
+            gaps, completed = step.gaps, step.completed
             if not gaps:
-                print(f"| {streams:7} | {name:15} | {completed:9} | — | — | — |")
+                print(f"| {streams:7} | {name:15} | {completed:9} | — | — | — | — |")
                 going[name] = compare  # (compared: every level of both, whatever happens)
                 continue
             p99 = pct(gaps, 99)
+            cpu = ", ".join(f"{role} {v * 1e6:.1f}" for role, v in step.cpu_per_token.items())
             print(
                 f"| {streams:7} | {name:15} | {completed:9} | {ms(pct(gaps, 50))}           |"
-                f" {ms(p99)} | {ms(max(gaps))} |",
+                f" {ms(p99)} | {ms(max(gaps))} | {cpu} |",
                 flush=True,
             )
             if p99 <= 0.100 and completed == streams:
@@ -283,12 +354,22 @@ def main() -> None:
         default=100,
         help="part 2: new conversations a second while the streams ramp up",
     )
-    parser.add_argument("--load-stacks", default="serve,split")
+    parser.add_argument(
+        "--load-stacks",
+        default="serve,split,bare",
+        help="part 2: serve, split, and bare (the floor: bench/bare_relay.py)",
+    )
     parser.add_argument("--skip", choices=["part1", "part2"])
     parser.add_argument(
         "--compare-batching",
         action="store_true",
         help="part 2 at every level with the worker's append batching off, then on",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="part 2: py-spy on each process for 10 s of each level (build/profiles/; its"
+        " CPU figures are then not the ones to quote)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -299,7 +380,15 @@ def main() -> None:
             for kind in args.load_stacks.split(","):
                 compare = args.compare_batching
                 tokens, arrivals = args.load_tokens, args.arrivals
-                run = part2(kind, levels, tokens, Path(tmp), compare=compare, arrivals=arrivals)
+                run = part2(
+                    kind,
+                    levels,
+                    tokens,
+                    Path(tmp),
+                    compare=compare,
+                    arrivals=arrivals,
+                    profiled=args.profile,
+                )
                 asyncio.run(run)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -143,10 +145,61 @@ class Stack:
     name: str
     base: str
     procs: list[Proc]
+    roles: list[str]  # each process's part: serve, or api and worker
+
+    def pids(self) -> dict[str, int]:
+        return {role: p.proc.pid for role, p in zip(self.roles, self.procs, strict=True)}
 
     def stop(self) -> None:
         for p in self.procs:
             p.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system, every thread) process ``pid`` has used, from /proc."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    return {role: cpu_seconds(pid) for role, pid in pids.items()}
+
+
+class CpuTrace:
+    """Each process's CPU seconds, sampled every ``every`` s while a load runs, so that the
+    CPU spent within any window of it (``between``) can be read afterwards."""
+
+    def __init__(self, pids: dict[str, int], every: float = 0.1) -> None:
+        self.pids = pids
+        self.every = every
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> CpuTrace:
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.samples.append((time.perf_counter(), cpu_of(self.pids)))
+
+    async def _sample(self) -> None:
+        while True:
+            self.samples.append((time.perf_counter(), cpu_of(self.pids)))
+            await asyncio.sleep(self.every)
+
+    def between(self, begin: float, end: float) -> dict[str, float]:
+        """CPU seconds of each process from ``begin`` to ``end`` (``time.perf_counter``),
+        read from the samples nearest inside the window."""
+        inside = [s for s in self.samples if begin <= s[0] <= end]
+        if len(inside) < 2:
+            return {}
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        scale = (end - begin) / (t1 - t0) if t1 > t0 else 1.0
+        return {role: (last[role] - first[role]) * scale for role in self.pids}
 
 
 def start_stack(
@@ -176,7 +229,7 @@ def start_stack(
         except BaseException:
             proc.stop()
             raise
-        return Stack("serve (SQLite, in-process bus)", base, [proc])
+        return Stack("serve (SQLite, in-process bus)", base, [proc], ["serve"])
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # (the caller's loop may run)
         pool.submit(asyncio.run, ensure_database(database_url)).result()
     shared = {
@@ -187,7 +240,7 @@ def start_stack(
     }
     worker = Proc(["worker", *extra], shared, tmp / f"worker-{port}.log")
     api = Proc(["api", "--port", str(port), *extra], shared, tmp / f"api-{port}.log")
-    stack = Stack("api + worker (Postgres, Redis)", base, [api, worker])
+    stack = Stack("api + worker (Postgres, Redis)", base, [api, worker], ["api", "worker"])
     try:
         wait_ready(base, procs=(api, worker))
     except BaseException:
@@ -233,3 +286,32 @@ def cpu() -> str:
     wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
     cores = info.count("processor\t:")
     return f"{model}, {cores} logical cores; flags: {' '.join(f for f in wanted if f in flags)}"
+
+
+PROFILES = Path(__file__).resolve().parents[1] / "build" / "profiles"
+
+
+def py_spy() -> str:
+    """py-spy (a sampling profiler, not a dependency of parley): on PATH, or installed into
+    build/tools by ``bench/peers/py_spy.sh``."""
+    found = shutil.which("py-spy") or str(PROFILES.parents[0] / "tools" / "bin" / "py-spy")
+    if not Path(found).exists():
+        raise SystemExit("py-spy is not installed: run bench/peers/py_spy.sh")
+    return found
+
+
+def profile(pids: dict[str, int], seconds: float, name: str) -> list[subprocess.Popen[bytes]]:
+    """Start py-spy on each process for ``seconds``: a flame graph (SVG) and the collapsed
+    stacks (text, for reading where the time goes) under build/profiles/, named
+    ``{name}-{role}``. Returns the recorders (wait for them)."""
+    PROFILES.mkdir(parents=True, exist_ok=True)
+    recorders = []
+    for role, pid in pids.items():
+        for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
+            out = PROFILES / f"{name}-{role}.{suffix}"
+            argv = [py_spy(), "record", "--pid", str(pid), "--duration", str(int(seconds))]
+            argv += ["--rate", "250", "--nonblocking", "--format", fmt, "--output", str(out)]
+            recorders.append(
+                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+    return recorders

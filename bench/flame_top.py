@@ -1,0 +1,60 @@
+"""Where a process's time went, from py-spy's collapsed stacks (``--format raw``).
+
+    python bench/flame_top.py build/profiles/relay-split-1000-api.txt [--top 30]
+
+Prints the functions by their own samples (self) and by every sample with them on the stack
+(inclusive), each as a share of all samples: what docs/PROFILE.md reads its figures from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from pathlib import Path
+
+LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
+
+
+def frame_name(frame: str) -> str:
+    """``func (path/to/file.py:123)`` → ``func (file.py)``: one name per function."""
+    match = re.match(r"^(?P<func>.*?) \((?P<file>[^:)]*)(?::\d+)?\)$", frame)
+    if match is None:
+        return frame
+    return f"{match['func']} ({Path(match['file']).name})"
+
+
+def read(path: Path) -> tuple[Counter[str], Counter[str], int]:
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        match = LINE.match(line)
+        if match is None:
+            continue
+        count = int(match["count"])
+        frames = [frame_name(f) for f in match["stack"].split(";") if f]
+        if not frames:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for name in set(frames):
+            inclusive[name] += count
+    return own, inclusive, total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    own, inclusive, total = read(args.path)
+    print(f"{args.path.name}: {total} samples")
+    for title, counts in (("self", own), ("inclusive", inclusive)):
+        print(f"\n{title}:")
+        for name, n in counts.most_common(args.top):
+            print(f"  {100 * n / total:5.1f}%  {name}")
+
+
+if __name__ == "__main__":
+    main()
