@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,37 @@ def frame_name(frame: str) -> str:
     if match is None:
         return frame
     return f"{match['func']} ({Path(match['file']).name})"
+
+
+def package(frame: str) -> str:
+    """The package a frame's file belongs to (``sqlalchemy``, ``parley/runs``, ``asyncio``…;
+    py-spy names files from their import root)."""
+    match = re.match(r"^.*? \((?P<file>[^:)]*)", frame)
+    if match is None:
+        return "?"
+    parts = Path(match["file"]).parts
+    if "site-packages" in parts:
+        parts = parts[parts.index("site-packages") + 1 :]
+    if not parts or parts[0].startswith("<"):
+        return "(interpreter)"
+    if parts[0] == "parley" and len(parts) > 2:
+        return f"parley/{parts[1]}"
+    name = parts[0].removesuffix(".py")
+    return f"{name} (stdlib)" if name in sys.stdlib_module_names else name
+
+
+def by_package(path: Path) -> tuple[Counter[str], int]:
+    own: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        match = LINE.match(line)
+        if match is None:
+            continue
+        frames = [f for f in match["stack"].split(";") if f]
+        if frames:
+            own[package(frames[-1])] += int(match["count"])
+            total += int(match["count"])
+    return own, total
 
 
 def read(path: Path) -> tuple[Counter[str], Counter[str], int]:
@@ -50,6 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     own, inclusive, total = read(args.path)
     print(f"{args.path.name}: {total} samples")
+    packages, _ = by_package(args.path)
+    print("\nself, by package:")
+    for name, n in packages.most_common(args.top):
+        print(f"  {100 * n / total:5.1f}%  {name}")
     for title, counts in (("self", own), ("inclusive", inclusive)):
         print(f"\n{title}:")
         for name, n in counts.most_common(args.top):

@@ -56,6 +56,7 @@ from stacks import (
     free_port,
     loop_runner,
     pct,
+    profile,
     start_stack,
     wait_ready,
 )
@@ -576,6 +577,21 @@ def report(
         )
 
 
+async def profiled(target: Target, args: argparse.Namespace) -> None:
+    """``--profile``: concurrency-``--concurrency`` load on ``target`` for 8 s, py-spy on each
+    of its processes for 6 s of it (build/profiles/gateway-{target}-{process}.svg/.txt)."""
+    if not target.pids():
+        return
+    recorders = profile(target.pids(), 6, f"gateway-{target.name}")
+    deadline = time.monotonic() + 8
+    sent = 10_000
+    while time.monotonic() < deadline:
+        await concurrent(target, sent, 4 * args.concurrency, args.concurrency, args.tokens)
+        sent += 4 * args.concurrency
+    await asyncio.to_thread(lambda: [r.wait() for r in recorders])
+    print(f"profiled {target.name}: build/profiles/gateway-{target.name}-*", flush=True)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     names = [n for n in args.targets.split(",") if n]
     unknown = set(names) - set(ALL_TARGETS)
@@ -588,6 +604,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"{name}: {reason}", flush=True)
             if not any(t.name == "direct" for t in run.targets):
                 raise SystemExit("the upstream itself does not answer")
+            if args.profile:
+                for t in run.targets:
+                    await profiled(t, args)
+                return
             started = time.monotonic()
             figures = await measure(run.targets, args, run.upstream.proc.pid)
             report(figures, run, args)
@@ -608,6 +628,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="per answer")
     parser.add_argument("--slots", type=int, default=64, help="parley's replica slots")
     parser.add_argument("--targets", default=",".join(ALL_TARGETS))
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of measuring: each target under load, py-spy on its processes",
+    )
     args = parser.parse_args()
     runner = loop_runner()
     with contextlib.suppress(KeyboardInterrupt):

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,10 +161,19 @@ async def part1(stacks: list[str], n: int, tokens: int, tmp: Path) -> None:
 
 
 async def one_stream(
-    host: str, port: int, path: str, body: bytes, token: str, marks: list[tuple[float, float]]
+    host: str,
+    port: int,
+    path: str,
+    body: bytes,
+    token: str,
+    marks: list[tuple[float, float]],
+    tally: Counter[str] | None = None,
 ) -> tuple[float | None, float | None]:
     """One SSE stream over a raw socket; appends (time, gap) per token; returns the times
-    of its first token and of its end."""
+    of its first token and of its end. ``tally`` counts how streams went: ``flowing`` at
+    the first token, then ``done``, ``cut`` (ended without ``done``) or the HTTP status
+    line of a refusal."""
+    tally = tally if tally is not None else Counter()
     reader, writer = await asyncio.open_connection(host, port)
     request = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
@@ -178,16 +188,28 @@ async def one_stream(
         while True:
             chunk = await reader.read(65536)
             if not chunk:
+                tally["cut"] += 1
                 return first, None
             now = time.perf_counter()
+            if (
+                first is None
+                and last is None
+                and chunk.startswith(b"HTTP/1.1 ")
+                and not (chunk.startswith(b"HTTP/1.1 200"))
+            ):
+                tally[chunk.split(b"\r\n", 1)[0].decode()] += 1
+                return None, None
             n = chunk.count(b"event: delta")
             if n:
                 if last is not None:
                     marks.append((now, now - last))
                 marks.extend([(now, 0.0)] * (n - 1))  # arrived together: no gap between
-                first = first if first is not None else now
+                if first is None:
+                    first = now
+                    tally["flowing"] += 1
                 last = now
             if b"event: done" in chunk:
+                tally["done"] += 1
                 return first, now
     finally:
         writer.close()
@@ -227,14 +249,19 @@ async def load_step(stack: Stack, streams: int, ramp: float, profiled: str = "")
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"content": "load"}).encode()
     marks: list[tuple[float, float]] = []
+    tally: Counter[str] = Counter()
 
     async def start(i: int) -> tuple[float | None, float | None]:
         await asyncio.sleep(ramp * i / streams)
         path = f"/api/chats/{chats[i]}/messages"
-        return await one_stream(host, int(port), path, body, token, marks)
+        return await one_stream(host, int(port), path, body, token, marks, tally)
 
-    async def record() -> None:  # once every stream flows, for 10 s (``--profile``)
-        await asyncio.sleep(ramp + 2)
+    async def record() -> None:  # once (nearly) every stream flows, for 10 s (``--profile``)
+        def answered() -> int:
+            return tally["flowing"] + sum(n for k, n in tally.items() if k.startswith("HTTP"))
+
+        while answered() < 0.95 * streams:  # noqa: ASYNC110 (polls the load's own tally)
+            await asyncio.sleep(0.2)
         recorders = profile(stack.pids(), 10, profiled)
         await asyncio.to_thread(lambda: [r.wait() for r in recorders])
 
@@ -244,6 +271,8 @@ async def load_step(stack: Stack, streams: int, ramp: float, profiled: str = "")
     if recording is not None:
         await recording
     spans = [r for r in results if isinstance(r, tuple) and r[0] is not None and r[1] is not None]
+    if set(tally) - {"flowing", "done"}:
+        print(f"  ({stack.name}, {streams} streams: {dict(tally)})")
     if not spans:
         return Step([], 0, {})
     begin = max(f for f, _ in spans if f is not None)
@@ -314,8 +343,8 @@ async def part2(
                 # new conversations at ``arrivals`` a second (100: over three times the rate
                 # that keeps N streams of the default length going, N / duration by Little's
                 # law); all flow at once for most of their length
-                name = f"relay-{kind}-{streams}" if profiled else ""
-                step = await load_step(stack, streams, ramp=streams / arrivals, profiled=name)
+                named = f"relay-{kind}-{streams}" if profiled else ""
+                step = await load_step(stack, streams, ramp=streams / arrivals, profiled=named)
             finally:
                 stack.stop()
             gaps, completed = step.gaps, step.completed
