@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -197,7 +198,11 @@ async def one_stream(
                 and chunk.startswith(b"HTTP/1.1 ")
                 and not (chunk.startswith(b"HTTP/1.1 200"))
             ):
-                tally[chunk.split(b"\r\n", 1)[0].decode()] += 1
+                code = re.search(rb'"message":\s*"([^"(;]+)', chunk) or re.search(
+                    rb'"code":\s*"([a-z_]+)"', chunk
+                )
+                said = chunk.split(b"\r\n", 1)[0].decode()
+                tally[f"{said} {code[1].decode()}" if code else said] += 1
                 return None, None
             n = chunk.count(b"event: delta")
             if n:
