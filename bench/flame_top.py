@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
@@ -42,37 +43,29 @@ def package(frame: str) -> str:
     return f"{name} (stdlib)" if name in sys.stdlib_module_names else name
 
 
-def by_package(path: Path) -> tuple[Counter[str], int]:
-    own: Counter[str] = Counter()
-    total = 0
+def stacks(path: Path) -> Iterator[tuple[list[str], int]]:
+    """Each sampled stack of the file (its frames, root first) and its sample count."""
     for line in path.read_text().splitlines():
         match = LINE.match(line)
-        if match is None:
-            continue
-        frames = [f for f in match["stack"].split(";") if f]
-        if frames:
-            own[package(frames[-1])] += int(match["count"])
-            total += int(match["count"])
-    return own, total
+        frames = [f for f in match["stack"].split(";") if f] if match else []
+        if match and frames:
+            yield frames, int(match["count"])
 
 
-def read(path: Path) -> tuple[Counter[str], Counter[str], int]:
+def read(path: Path) -> tuple[Counter[str], Counter[str], Counter[str], int]:
+    """Samples by function (self and inclusive) and by package (self), and in all."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
     total = 0
-    for line in path.read_text().splitlines():
-        match = LINE.match(line)
-        if match is None:
-            continue
-        count = int(match["count"])
-        frames = [frame_name(f) for f in match["stack"].split(";") if f]
-        if not frames:
-            continue
+    for frames, count in stacks(path):
+        names = [frame_name(f) for f in frames]
         total += count
-        own[frames[-1]] += count
-        for name in set(frames):
+        own[names[-1]] += count
+        packages[package(frames[-1])] += count
+        for name in set(names):
             inclusive[name] += count
-    return own, inclusive, total
+    return own, inclusive, packages, total
 
 
 def main() -> None:
@@ -80,9 +73,8 @@ def main() -> None:
     parser.add_argument("path", type=Path)
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
-    own, inclusive, total = read(args.path)
+    own, inclusive, packages, total = read(args.path)
     print(f"{args.path.name}: {total} samples")
-    packages, _ = by_package(args.path)
     print("\nself, by package:")
     for name, n in packages.most_common(args.top):
         print(f"  {100 * n / total:5.1f}%  {name}")

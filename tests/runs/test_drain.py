@@ -6,6 +6,7 @@ tests/faults/test_kills.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,6 +26,26 @@ def run_overrides() -> dict[str, Any]:
     return {"fake_engine": {"inter_token_latency_ms": 30, "output_tokens": 40}}
 
 
+async def _drained(
+    client: httpx.AsyncClient,
+    auth: dict[str, str],
+    services: Services,
+    when: Callable[[list[Event]], bool],
+) -> list[Event]:
+    """Send a message and read its stream, draining the relay once ``when`` the events so
+    far say so; every event the stream gave."""
+    chat_id = await new_chat(client, auth)
+    seen: list[Event] = []
+    async with client.stream(
+        "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
+    ) as r:
+        async for ev in events(r):
+            seen.append(ev)
+            if when(seen):
+                services.relay.drain()
+    return seen
+
+
 def _hint(ev: Event) -> None:
     assert ev.event == "error" and ev.id is None, ev
     assert ev.data["code"] == "server_restarting" and ev.data["retry_after"] == 1
@@ -33,15 +54,10 @@ def _hint(ev: Event) -> None:
 async def test_a_drained_stream_is_told_to_resume_and_resumes_exactly(
     run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
 ) -> None:
-    chat_id = await new_chat(run_client, auth)
-    seen: list[Event] = []
-    async with run_client.stream(
-        "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
-    ) as r:
-        async for ev in events(r):
-            seen.append(ev)
-            if ev.event == "delta" and sum(e.event == "delta" for e in seen) == 3:
-                run_services.relay.drain()
+    def third_delta(seen: list[Event]) -> bool:
+        return seen[-1].event == "delta" and sum(e.event == "delta" for e in seen) == 3
+
+    seen = await _drained(run_client, auth, run_services, third_delta)
     _hint(seen[-1])  # the body ended after it
     assert sum(e.event == "delta" for e in seen) < 40
 
@@ -68,15 +84,8 @@ async def test_a_drained_stream_is_told_to_resume_and_resumes_exactly(
 async def test_a_quiet_stream_hears_the_hint_at_its_next_keep_alive(
     run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
 ) -> None:
-    chat_id = await new_chat(run_client, auth)
-    seen: list[Event] = []
-    async with run_client.stream(
-        "POST", f"/api/chats/{chat_id}/messages", json={"content": "hi"}, headers=auth
-    ) as r:
-        async for ev in events(r):  # queued, running: then nothing but pings for a minute
-            seen.append(ev)
-            if len(seen) == 2:
-                run_services.relay.drain()
+    # queued, running: then nothing but pings for a minute
+    seen = await _drained(run_client, auth, run_services, lambda seen: len(seen) == 2)
     assert [e.event for e in seen[:-1]] == ["status", "status"]
     _hint(seen[-1])
 
