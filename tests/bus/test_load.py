@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from parley.bus.interface import Bus
+from parley.bus.interface import Bus, HeldRun
 from tests.waiting import eventually
 
 WINDOW = 30.0
@@ -98,3 +98,26 @@ async def test_a_refresh_extends_a_counted_run_and_never_counts_one_in(bus: Bus)
     await bus.release_run("m", "r1", drained=True)
     assert not await bus.refresh_run("m", "r1", ttl=30)  # ended: a late refresh is a no-op
     assert (await bus.model_load("m", window=WINDOW)).in_flight == 0
+
+
+async def test_a_renewal_of_held_runs_extends_what_is_counted_and_nothing_else(
+    bus: Bus,
+) -> None:
+    """One ``refresh_held`` for every run a worker holds: each still counted (its user slot
+    and its model count) outlives its first ttl; one released, or never counted, stays out."""
+    assert await bus.hold_user_run("u1", "k1", limit=1, ttl=0.3)
+    assert (await bus.admit_run("m", "r1", max_load=None, ttl=0.3, window=WINDOW)).admitted
+    assert await bus.hold_user_run("u2", "r2", limit=1, ttl=30)
+    assert (await bus.admit_run("m2", "r2", max_load=None, ttl=30, window=WINDOW)).admitted
+    await bus.release_user_run("u2", "r2")  # r2 ended: a late renewal must not revive it
+    await bus.release_run("m2", "r2", drained=True)
+    held = [HeldRun("u1", "k1", "m", "r1"), HeldRun("u2", "r2", "m2", "r2")]
+    held.append(HeldRun("u3", "r3", "m", "r3"))  # never counted
+    await bus.refresh_held(held, ttl=30)
+    await asyncio.sleep(0.5)  # past r1's first ttl: the renewal holds it
+    assert (await bus.model_load("m", window=WINDOW)).in_flight == 1
+    assert not await bus.hold_user_run("u1", "k9", limit=1, ttl=30)  # k1 still holds u1's
+    assert (await bus.model_load("m2", window=WINDOW)).in_flight == 0
+    assert await bus.hold_user_run("u2", "x", limit=1, ttl=30)  # r2's slot stayed free
+    assert await bus.hold_user_run("u3", "x", limit=1, ttl=30)
+    await bus.refresh_held([], ttl=30)  # nothing held: nothing asked

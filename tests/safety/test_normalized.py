@@ -113,3 +113,15 @@ def test_the_stream_scan_releases_the_text_as_written() -> None:
     assert scan.feed(pieces[2]) == len(pieces[0]) + len("ﬁne ")  # held: a key may begin
     verdict = scan.feed(pieces[3], final=True)
     assert isinstance(verdict, Verdict) and verdict.category == "secrets"
+
+
+def test_a_look_alike_letter_after_plain_text_is_scanned_from_what_came_before() -> None:
+    """An answer all ASCII so far is scanned once; a look-alike letter in a later piece,
+    inside a phrase begun in plain ASCII, is still read as the letter it looks like."""
+    rules = RuleSet("rules", RulesSettings())
+    scan = rules.scan()
+    assert scan is not None
+    start = "the key: -----BEGIN RSA PR"
+    assert scan.feed(start) == len("the key: ")  # held from where a key may begin
+    verdict = scan.feed(f"{CYRILLIC_I}VATE KEY-----", final=True)
+    assert isinstance(verdict, Verdict) and verdict.category == "secrets"

@@ -6,10 +6,12 @@ replica's pool reads only."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import text
@@ -25,6 +27,8 @@ from parley.store import failover
 from parley.store.database import Database, ReplicaWrite
 from parley.store.failover import failover_error
 from tests.builders import BACKENDS
+from tests.faults.conftest import via
+from tests.faults.proxy import FaultProxy
 from tests.processes import free_port
 from tests.waiting import eventually
 
@@ -86,6 +90,32 @@ async def test_a_connection_killed_by_the_server_is_replaced_before_use(
     caplog.set_level(logging.WARNING, logger="parley.store.failover")
     assert await _backend_pid(db) != pid
     assert any("reconnected to 127.0.0.1:5432" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_idle_connection_to_a_vanished_server_is_replaced_before_use(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooled connection whose server vanished without closing it (a host or container
+    gone: no FIN) looks open; once it has been idle past ``PING_IDLE_SECONDS`` it is pinged
+    before it is lent, the ping fails, and the transaction runs on a new connection. (A
+    connection in steady use is not pinged: no round trip before each transaction.)"""
+    target = urlsplit(postgres_url)
+    proxy = await FaultProxy(target.hostname or "127.0.0.1", target.port or 5432).start()
+    db = Database(via(postgres_url, proxy.port), pool_size=1)
+    try:
+        first = await _backend_pid(db)
+        assert await _backend_pid(db) == first and proxy.connections == 1  # reused, no ping
+        proxy.reset_on_next_request()  # the next byte on it meets a dead peer
+        await asyncio.sleep(failover.PING_IDLE_SECONDS + 0.2)
+        caplog.set_level(logging.WARNING, logger="parley.store.failover")
+        assert await _backend_pid(db) != first
+        assert proxy.connections == 2
+        lines = [r.getMessage() for r in caplog.records]
+        assert any("connection lost (" in line for line in lines), lines
+        assert any("reconnected to 127.0.0.1" in line for line in lines), lines
+    finally:
+        await db.dispose()
+        await proxy.close()
 
 
 async def test_several_hosts_find_the_one_that_answers(postgres_url: str) -> None:

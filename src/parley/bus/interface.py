@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -132,6 +133,17 @@ class ModelLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldRun:
+    """A run a worker holds: its user's run slot (``slot``: the slot's name) and its count
+    in its model's load, refreshed together at each lease renewal (``refresh_held``)."""
+
+    user_id: str
+    slot: str
+    model: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoadAdmission:
     """The answer to ``admit_run``: counted in (``admitted``) or not, and the load it saw
     (before counting the run)."""
@@ -225,6 +237,11 @@ class UserRuns(Protocol):
         it is not counted (released already, or lapsed)."""
 
     async def release_user_run(self, user_id: str, run_id: str) -> None: ...
+
+    async def refresh_held(self, runs: Sequence[HeldRun], *, ttl: float) -> None:
+        """``refresh_user_run`` and ``refresh_run`` for each of ``runs``, in one round trip
+        for them all (a worker renews every run it holds at once): only what is still
+        counted is extended."""
 
 
 class ModelLoads(Protocol):

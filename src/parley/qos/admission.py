@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from parley.bus.interface import Bus, ModelLoad, QueueFull
+from parley.bus.interface import Bus, HeldRun, ModelLoad, QueueFull
 from parley.domain import RunSource
 from parley.errors import Overloaded, TooManyRuns
 from parley.observability.metrics import Metrics
@@ -118,17 +118,17 @@ class Admission:
                 new.user_id, user_run_key(new.run_id, new.idempotency_key, new.request_hash)
             )
 
-    async def running(self, run: Run) -> None:
-        """A worker runs ``run`` now: its slot and count last one lease, and are refreshed
-        with it (``running`` again at each renewal). Only refreshed: a run that ended
-        meanwhile (its slot given back) does not take it again."""
-        if _background(run):
-            return
-        ttl = self._runs.lease_seconds
-        await asyncio.gather(
-            self._bus.refresh_user_run(run.user_id, _user_run_key(run), ttl=ttl),
-            self._bus.refresh_run(run.model, run.id, ttl=ttl),
-        )
+    async def still_running(self, runs: Sequence[Run]) -> None:
+        """Workers run ``runs`` now: each one's slot and count last one lease from now, one
+        call to the bus for them all (at a run's start, and at every lease renewal for all
+        a worker holds). Only refreshed: a run that ended meanwhile (its slot given back)
+        does not take it again."""
+        held = [
+            HeldRun(run.user_id, _user_run_key(run), run.model, run.id)
+            for run in runs
+            if not _background(run)
+        ]
+        await self._bus.refresh_held(held, ttl=self._runs.lease_seconds)
 
     async def requeued(self, run: Run) -> None:
         """A run put back on the queue (its worker was lost) holds its slot and count again,

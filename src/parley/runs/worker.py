@@ -345,7 +345,7 @@ class Worker:
     async def _watch_cancel(self, run: Run, progress: Progress) -> None:
         """Watch for a stop; first, beside the generation (not before it), make the run's
         slot last one lease from now (renewed with the lease: ``_keep_leases``)."""
-        await self._refresh_user_run(run)
+        await self._refresh_held([run])
         run_id = run.id
         wait = self._settings.lease_seconds
         while not progress.over:
@@ -365,7 +365,7 @@ class Worker:
             if self._active or self._finishing:
                 await self.renew_leases()
                 held = [p.run for p in self._active.values()] + list(self._finishing.values())
-                await asyncio.gather(*(self._refresh_user_run(run) for run in held))
+                await self._refresh_held(held)
 
     async def _offer_capacity(self) -> None:
         offers = capacity_offers(self._engines, self.worker_id, self._concurrency)
@@ -377,11 +377,11 @@ class Worker:
         except Exception as e:
             log_failure(log, e, "offering the engine's slots failed; retrying")
 
-    async def _refresh_user_run(self, run: Run) -> None:
+    async def _refresh_held(self, runs: list[Run]) -> None:
         try:
-            await self._admission.running(run)
+            await self._admission.still_running(runs)
         except Exception as e:
-            log_failure(log, e, "refreshing the run slot of run %s failed", run.id)
+            log_failure(log, e, "refreshing the run slots of %d runs failed", len(runs))
 
     async def renew_leases(self) -> None:
         """One renewal of every lease this worker holds; a run whose lease was not renewed

@@ -16,6 +16,7 @@ answer.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import regex
@@ -137,14 +138,19 @@ def _of_stage(categories: dict[str, RuleCategory], stage: Stage) -> list[tuple[s
 class OutputScan:
     """The rule set over one answer as it streams: ``feed`` each piece, release up to what
     it answers. Both foldings are scanned; the text is released up to where neither could
-    still hold a match."""
+    still hold a match. While the answer is all ASCII its two foldings are the same text
+    (each character folds to itself), so one scan stands for both until the first other
+    character, where the skeleton's scan starts as a copy of it (the usual answer in English
+    costs one search a piece, not two)."""
 
     def __init__(self, compiled: _Compiled) -> None:
-        self._scans = (_FoldedScan(compiled, skeleton=False), _FoldedScan(compiled, skeleton=True))
+        self._scans = [_FoldedScan(compiled, skeleton=False)]
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
         """Take the answer's next piece: the verdict if it completes a blocked match, else
         how far (in characters of the whole answer) the text may be released."""
+        if len(self._scans) == 1 and not text.isascii():
+            self._scans.append(self._scans[0].twin(skeleton=True))
         released = []
         for scan in self._scans:
             answer = scan.feed(text, final=final)
@@ -169,6 +175,14 @@ class _FoldedScan:
         self._offset = 0  # in the folded answer
         self._fed = 0  # characters of the answer as written
         self._hold = 0  # where a match could still begin: nothing before it can be blocked
+
+    def twin(self, *, skeleton: bool) -> _FoldedScan:
+        """This scan as it stands, for the other folding (exact while all the answer fed so
+        far is ASCII: both foldings read it the same)."""
+        twin = copy.copy(self)
+        twin._skeleton = skeleton
+        twin._origin = list(self._origin)
+        return twin
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
         """The verdict if ``text`` completes a blocked match, else how far the answer may be

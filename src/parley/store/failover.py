@@ -9,10 +9,16 @@ pool made here:
   by reconnecting, never by a restart);
 * gives up a connection attempt after ``connect_timeout`` seconds (a host that does not
   answer is not waited on for asyncpg's default minute);
-* pings a connection before lending it (``pool_pre_ping``) and drops it, with the rest of
-  the pool, when a statement fails the way a failover makes statements fail
-  (``failover_error``: the connection lost, the server shutting down or not yet up, or for
-  the primary pool a read-only transaction: the server was demoted under it);
+* checks a connection before lending it, without a round trip when it is in use: one the
+  server closed (a backend terminated, a server shut down: asyncpg saw the socket end) is
+  replaced, and one idle for over ``PING_IDLE_SECONDS`` is pinged first (a peer that
+  vanished without closing: a host or container gone) and replaced if the ping fails.
+  SQLAlchemy's ``pool_pre_ping`` pinged every checkout, three round trips (begin,
+  ``SELECT``, rollback) before each transaction: a tenth of the worker's CPU per answer;
+* drops a connection, with the rest of the pool, when a statement fails the way a failover
+  makes statements fail (``failover_error``: the connection lost, the server shutting down
+  or not yet up, or for the primary pool a read-only transaction: the server was demoted
+  under it);
 * logs one warning per connection lost that way, and one line when connecting works again,
   naming the server it reached and how long connecting failed;
 * for a replica pool, replaces a connection whose server is (now) a primary once it is
@@ -45,6 +51,8 @@ READ_ONLY_STATE = "25006"
 # a replica pool's connection that finds its server a primary (a standby promoted under it,
 # or no standby up when it connected) reconnects to look for a standby once it is this old
 REPLICA_RECHECK_SECONDS = 30.0
+# a pooled connection idle for longer than this is pinged before it is lent
+PING_IDLE_SECONDS = 1.0
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
@@ -146,7 +154,6 @@ def postgres_engine(
     engine = create_async_engine(
         url,
         echo=echo,
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=max(connect_timeout * 2, 10.0),
@@ -172,15 +179,41 @@ def _watch(engine: AsyncEngine, watch: ConnectionWatch, *, writes: bool) -> None
 
     @event.listens_for(sync, "connect")
     def _connected(dbapi_connection: Any, record: Any) -> None:
-        record.info["connected_at"] = time.monotonic()
+        record.info["connected_at"] = record.info["checked_in_at"] = time.monotonic()
         watch.connected(dbapi_connection)
+
+    @event.listens_for(sync, "checkin")
+    def _checked_in(dbapi_connection: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(sync, "checkout")
+    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        try:
+            _usable(dbapi_connection, record)
+        except DisconnectionError as e:
+            watch.lost(e.__cause__ or e)
+            raise
 
     if not writes:
         event.listen(sync, "checkout", _look_for_a_standby)
 
 
+def _usable(dbapi_connection: Any, record: Any) -> None:
+    """Raise ``DisconnectionError`` (the pool replaces the connection) for one the server
+    closed, or one idle too long that does not answer a ping."""
+    raw = getattr(dbapi_connection, "_connection", None)
+    if raw is not None and raw.is_closed():
+        raise DisconnectionError("the server closed the connection")
+    idle = time.monotonic() - record.info.get("checked_in_at", 0.0)
+    if idle > PING_IDLE_SECONDS:
+        try:
+            dbapi_connection.ping()
+        except Exception as e:
+            raise DisconnectionError(f"an idle connection did not answer: {e}") from e
+
+
 def _look_for_a_standby(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-    """A replica pool's connection (pinged just now) whose server is a primary, made over
+    """A replica pool's connection whose server is a primary, made over
     ``REPLICA_RECHECK_SECONDS`` ago, is replaced: the new one goes to a standby if one answers
     (after a failover, reads move to the new standby within that time)."""
     age = time.monotonic() - record.info.get("connected_at", time.monotonic())

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from parley.bus.interface import BusLimits
+from parley.bus.interface import BusLimits, HeldRun
 from parley.bus.memory.budget import _BudgetOps
 from parley.bus.memory.cancel import _CancelOps
 from parley.bus.memory.inputs import _InputOps
@@ -37,6 +37,11 @@ class MemoryBus(
         self.limits = limits or BusLimits()
         self._clock = clock
         super().__init__()  # each section sets up its state
+
+    async def refresh_held(self, runs: Sequence[HeldRun], *, ttl: float) -> None:
+        for run in runs:
+            await self.refresh_user_run(run.user_id, run.slot, ttl=ttl)
+            await self.refresh_run(run.model, run.run_id, ttl=ttl)
 
     async def ping(self) -> None:
         return None

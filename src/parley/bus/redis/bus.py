@@ -11,8 +11,10 @@ from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
 from parley.bus.redis.health import HEALTH_CHECK_SECONDS, checked_pool
+from parley.bus.redis.held import _HeldOps
 from parley.bus.redis.inputs import _InputOps
 from parley.bus.redis.load import _LoadOps
+from parley.bus.redis.packing import packed_in_c
 from parley.bus.redis.queue import _QueueOps
 from parley.bus.redis.shared import MAX_BLOCK_SECONDS
 from parley.bus.redis.slots import _SlotOps
@@ -35,6 +37,7 @@ class RedisBus(
     _ThrottleOps,
     _WriteOps,
     _InputOps,
+    _HeldOps,
 ):
     """The Redis bus: the same contract as ``MemoryBus``, shared by many processes. Each
     section (the base classes) lives in its own module, with its keys and scripts."""
@@ -59,7 +62,7 @@ class RedisBus(
             # an idle connection is PINGed first: one left by a restarted Redis is replaced
             health_check_interval=HEALTH_CHECK_SECONDS,
         )
-        checked_pool(pool)
+        packed_in_c(checked_pool(pool))
         self._redis = aioredis.Redis(connection_pool=pool)
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)

@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from parley.bus.interface import EventKind, StreamEntry
+from parley.bus.redis.packing import packed_in_c
 from parley.bus.redis.shared import _entry, _entry_id, _Id, _id_text, _streams
 
 _CACHE_SIZE = 1024  # entries kept per watched stream
@@ -51,6 +52,45 @@ _UNBLOCK_ATTEMPTS = 100  # CLIENT UNBLOCKs per nudge at most
 _NUDGE_SPINS = 3000  # ~1 ms sleeps per nudge at most (the tail rebuilds every 2 s anyway)
 
 log = logging.getLogger(__name__)
+
+
+class _Change:
+    """One change of a watch that readers wait for: fired once, then replaced (``notify``).
+    A reader's wait is a future and a timer handle, not a timeout scope: at a thousand
+    streams a token each, the scope's enter and exit were a visible share of the relay."""
+
+    __slots__ = ("fired", "waiting")
+
+    def __init__(self) -> None:
+        self.fired = False
+        self.waiting: list[asyncio.Future[bool]] = []
+
+    def fire(self) -> None:
+        self.fired = True
+        for waiter in self.waiting:
+            if not waiter.done():
+                waiter.set_result(True)
+        self.waiting.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """True once fired, False after ``timeout`` seconds."""
+        if self.fired:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self.waiting.append(waiter)
+        timer = loop.call_later(timeout, _time_out, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            if not self.fired:
+                self.waiting.remove(waiter)
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 class _Watch:
@@ -74,7 +114,7 @@ class _Watch:
         self.last = after  # the tail reads after this id
         self.last_text = _id_text(after)
         self.entries: deque[tuple[_Id, StreamEntry]] = deque(maxlen=_CACHE_SIZE)
-        self.changed = asyncio.Event()
+        self.changed = _Change()
         self.generation = generation  # the tail generation this watch (or base) dates from
         self.last_interest = now
         self.waiters = 0
@@ -109,21 +149,17 @@ class _Watch:
             self.done = True
 
     def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
+        self.changed.fire()
+        self.changed = _Change()
 
-    async def wait(self, changed: asyncio.Event, timeout: float) -> bool:
-        """Wait (counted as a waiter) for ``changed``, an event taken from ``self.changed``
-        before the reader last looked; False after ``timeout`` seconds."""
+    async def wait(self, changed: _Change, timeout: float) -> bool:
+        """Wait (counted as a waiter) for ``changed``, taken from ``self.changed`` before
+        the reader last looked; False after ``timeout`` seconds."""
         self.waiters += 1
         try:
-            async with asyncio.timeout(timeout):
-                await changed.wait()
-        except TimeoutError:
-            return False
+            return await changed.wait(timeout)
         finally:
             self.waiters -= 1
-        return True
 
 
 class _StreamTail:
@@ -280,6 +316,7 @@ class _StreamTail:
                 retry=Retry(NoBackoff(), 0),
                 socket_timeout=_TAIL_BLOCK_MS / 1000 + 10,  # the XREAD blocks; never time it out
             )
+            packed_in_c(client.connection_pool)  # (its XREAD names every watched stream)
             try:
                 self._client_id = int(await client.client_id())
             except BaseException:
