@@ -9,8 +9,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from parley.api.app import create_app
+from parley.api.edge import Edge
 from parley.services import Services
 from parley.store import chats
 from tests.builders import served
@@ -90,3 +92,44 @@ async def test_redirects_never_point_at_the_requests_host(
     assert urlsplit(location).netloc == "" and not location.startswith("//"), location
     assert location == to
     assert r.headers.get("cache-control") == "no-store" or not path.startswith("/api")
+
+
+async def test_an_event_stream_keeps_every_middlewares_headers_and_skips_them_after(
+    run_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's SSE, through a real server: its start carries what each middleware adds
+    (request id, no-store, nosniff), its body arrives whole, and the body's chunks went to
+    the server's own ``send``, not through the middlewares (``api/sse.py``): the edge saw
+    one message of the stream, its start."""
+    seen: list[str] = []
+    original = Edge.__call__
+
+    async def counting(self: Edge, scope: Scope, receive: Receive, send: Send) -> None:
+        async def counted(message: Message) -> None:
+            if str(scope.get("path", "")).endswith("/messages"):
+                seen.append(message["type"])
+            await send(message)
+
+        await original(self, scope, receive, counted)
+
+    monkeypatch.setattr(Edge, "__call__", counting)
+    async with (
+        served(create_app(run_services, close_services=False)) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as client,
+    ):
+        auth = bearer((await signup(client, "ada@example.com"))["token"])
+        chat = (await client.post("/api/chats", json={}, headers=auth)).json()["id"]
+        async with client.stream(
+            "POST",
+            f"/api/chats/{chat}/messages",
+            json={"content": "/echo one two three"},
+            headers=auth,
+        ) as r:
+            assert r.status_code == 200
+            body = (await r.aread()).decode()
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert len(r.headers["x-request-id"]) >= 8
+    assert r.headers["cache-control"] == "no-store"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "event: done" in body and body.count("event: delta") >= 3
+    assert seen == ["http.response.start"]

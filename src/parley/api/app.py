@@ -40,6 +40,7 @@ from parley.api.routes import (
 )
 from parley.api.routes.portability import IMPORTS_PATH
 from parley.api.scim import mount_scim
+from parley.api.sse import ServerSendKept
 from parley.api.web import SecurityHeaders, mount_web
 from parley.services import Services
 
@@ -85,7 +86,7 @@ def create_app(services: Services, *, close_services: bool = True) -> FastAPI:
             await services.close()
 
     docs = docs_enabled(services.settings.http)
-    app = FastAPI(
+    app = ServerSendKept(
         title="parley",
         version=__version__,
         summary="A self-hostable ChatGPT-style chat service.",

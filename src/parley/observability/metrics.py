@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,26 +277,29 @@ class Metrics:
         seconds = max(0.0, (ended - run.created_at).total_seconds())
         self._runs.duration.labels(*labels, run.status.value).observe(seconds)
 
-    async def timed(self, run: Run, stream: AsyncIterator[Delta]) -> AsyncGenerator[Delta, None]:
-        """``stream`` as it is, timing its tokens: the first from the run's submission (the
-        submitting host's clock), the gaps between them on this one's."""
+    def token_timer(self, run: Run) -> Callable[[Delta], None]:
+        """What times a run's tokens as they come (called with each delta, in the worker's
+        own loop: no stream wrapped around the engine's): the first from the run's
+        submission (the submitting host's clock), the gaps between them on this one's."""
         ttft = self._runs.ttft.labels(run.model, run.tier)
         itl = self._runs.itl.labels(run.model, run.tier)
         loop = asyncio.get_running_loop()
         last: float | None = None
-        try:
-            async for delta in stream:
-                if delta.tokens > 0:
-                    now = loop.time()
-                    if last is None:
-                        ttft.observe(max(0.0, (utcnow() - run.created_at).total_seconds()))
-                    else:
-                        for _ in range(delta.tokens):
-                            itl.observe((now - last) / delta.tokens)
-                    last = now
-                yield delta
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+
+        def see(delta: Delta) -> None:
+            nonlocal last
+            if delta.tokens <= 0:
+                return
+            now = loop.time()
+            if last is None:
+                ttft.observe(max(0.0, (utcnow() - run.created_at).total_seconds()))
+            else:
+                gap = (now - last) / delta.tokens
+                for _ in range(delta.tokens):
+                    itl.observe(gap)
+            last = now
+
+        return see
 
     def refused(self, tier: str | None, reason: str) -> None:
         self._edge.refusals.labels(tier or UNKNOWN_TIER, reason).inc()

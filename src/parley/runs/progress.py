@@ -182,5 +182,9 @@ class Progress:
 
 
 def storable_delta(delta: Delta) -> Delta:
-    """A delta as every store keeps it: no NUL, no lone surrogate (``text.storable``)."""
-    return replace(delta, text=storable(delta.text), reasoning=storable(delta.reasoning))
+    """A delta as every store keeps it: no NUL, no lone surrogate (``text.storable``);
+    the delta itself when it has neither (nearly every one: no copy per token)."""
+    text, reasoning = storable(delta.text), storable(delta.reasoning)
+    if text == delta.text and reasoning == delta.reasoning:
+        return delta
+    return replace(delta, text=text, reasoning=reasoning)

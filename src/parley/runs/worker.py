@@ -305,10 +305,10 @@ class Worker:
         )
         # nothing reaches the stream before the tier's output classifiers approve it
         stream = moderated(self._moderator, run, request, stream, self._engine.abort)
-        if self._metrics is not None:  # time to first token, inter-token latency
-            stream = self._metrics.timed(run, stream)
+        timed = self._metrics.token_timer(run) if self._metrics else None  # TTFT, ITL
         try:
             async for generated in stream:
+                timed(generated) if timed else None
                 delta = progress.numbered(storable_delta(generated))  # as streamed and stored
                 if not await self._append(run, delta_events(delta), progress):
                     break

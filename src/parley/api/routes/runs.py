@@ -20,6 +20,7 @@ from parley.api.run_schemas import (
     ToolAnswer,
     ToolAnswerOut,
 )
+from parley.api.sse import EventStream
 from parley.domain import RunStatus
 from parley.errors import Conflict
 from parley.runs import cancel as cancelling
@@ -239,4 +240,4 @@ def wants_json(request: Request) -> bool:
 
 
 def sse(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    return EventStream(events, headers=SSE_HEADERS)
