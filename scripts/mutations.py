@@ -182,11 +182,11 @@ MUTATIONS = (
         "M15",
         "answers are scanned without the confusables skeleton",
         "src/parley/safety/rules.py",
-        "        self._scans = (_FoldedScan(compiled, skeleton=False), "
-        "_FoldedScan(compiled, skeleton=True))",
-        "        self._scans = (_FoldedScan(compiled, skeleton=False),)",
+        "            self._scans.append(self._scans[0].twin(skeleton=True))",
+        "            pass  # no skeleton scan",
         (
             "tests/safety/test_normalized.py::test_an_answer_with_a_disguised_private_key_is_stopped",
+            "tests/safety/test_normalized.py::test_a_look_alike_letter_after_plain_text_is_scanned_from_what_came_before",
         ),
     ),
     Mutation(

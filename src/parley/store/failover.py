@@ -9,12 +9,11 @@ pool made here:
   by reconnecting, never by a restart);
 * gives up a connection attempt after ``connect_timeout`` seconds (a host that does not
   answer is not waited on for asyncpg's default minute);
-* checks a connection before lending it, without a round trip when it is in use: one the
-  server closed (a backend terminated, a server shut down: asyncpg saw the socket end) is
-  replaced, and one idle for over ``PING_IDLE_SECONDS`` is pinged first (a peer that
-  vanished without closing: a host or container gone) and replaced if the ping fails.
-  SQLAlchemy's ``pool_pre_ping`` pinged every checkout, three round trips (begin,
-  ``SELECT``, rollback) before each transaction: a tenth of the worker's CPU per answer;
+* pings a connection before lending it, in one round trip (`SELECT 1`), and
+  replaces it if that fails or the server has closed it (a backend terminated, a server
+  shut down or gone). SQLAlchemy's ``pool_pre_ping`` pinged in three (begin, a prepared
+  ``SELECT``, rollback: for pgbouncer's transaction mode, where a statement outside a
+  transaction is just as safe), a tenth of the worker's CPU per answer;
 * drops a connection, with the rest of the pool, when a statement fails the way a failover
   makes statements fail (``failover_error``: the connection lost, the server shutting down
   or not yet up, or for the primary pool a read-only transaction: the server was demoted
@@ -39,6 +38,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util.concurrency import await_
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ READ_ONLY_STATE = "25006"
 # a replica pool's connection that finds its server a primary (a standby promoted under it,
 # or no standby up when it connected) reconnects to look for a standby once it is this old
 REPLICA_RECHECK_SECONDS = 30.0
-# a pooled connection idle for longer than this is pinged before it is lent
-PING_IDLE_SECONDS = 1.0
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
@@ -179,17 +177,13 @@ def _watch(engine: AsyncEngine, watch: ConnectionWatch, *, writes: bool) -> None
 
     @event.listens_for(sync, "connect")
     def _connected(dbapi_connection: Any, record: Any) -> None:
-        record.info["connected_at"] = record.info["checked_in_at"] = time.monotonic()
+        record.info["connected_at"] = time.monotonic()
         watch.connected(dbapi_connection)
 
-    @event.listens_for(sync, "checkin")
-    def _checked_in(dbapi_connection: Any, record: Any) -> None:
-        record.info["checked_in_at"] = time.monotonic()
-
     @event.listens_for(sync, "checkout")
-    def _check(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    def _check(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         try:
-            _usable(dbapi_connection, record)
+            _ping(dbapi_connection)
         except DisconnectionError as e:
             watch.lost(e.__cause__ or e)
             raise
@@ -198,18 +192,16 @@ def _watch(engine: AsyncEngine, watch: ConnectionWatch, *, writes: bool) -> None
         event.listen(sync, "checkout", _look_for_a_standby)
 
 
-def _usable(dbapi_connection: Any, record: Any) -> None:
+def _ping(dbapi_connection: Any) -> None:
     """Raise ``DisconnectionError`` (the pool replaces the connection) for one the server
-    closed, or one idle too long that does not answer a ping."""
-    raw = getattr(dbapi_connection, "_connection", None)
-    if raw is not None and raw.is_closed():
+    closed, or one that does not answer a `SELECT 1` (simple protocol: one round trip)."""
+    raw = dbapi_connection._connection
+    if raw.is_closed():
         raise DisconnectionError("the server closed the connection")
-    idle = time.monotonic() - record.info.get("checked_in_at", 0.0)
-    if idle > PING_IDLE_SECONDS:
-        try:
-            dbapi_connection.ping()
-        except Exception as e:
-            raise DisconnectionError(f"an idle connection did not answer: {e}") from e
+    try:
+        await_(raw.execute("SELECT 1"))
+    except Exception as e:
+        raise DisconnectionError(f"the connection did not answer: {e}") from e
 
 
 def _look_for_a_standby(dbapi_connection: Any, record: Any, _proxy: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from parley.accounts.principal import Principal
 from parley.api.deps import PrincipalDep, ServicesDep
@@ -27,6 +27,7 @@ from parley.api.openai_wire import (
     program_request,
 )
 from parley.api.routes import AUTHED, errors
+from parley.api.sse import EventStream
 from parley.errors import InvalidRequest, NotFound, ParleyError, ValidationFailed
 from parley.openai.protocol import (
     DONE,
@@ -124,11 +125,7 @@ async def chat_completions(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         writer = ChunkWriter(run.id, run.model, include_usage=include_usage)
-        return StreamingResponse(
-            _chunks(batches, writer, stop),
-            media_type="text/event-stream",
-            headers={**STREAM_HEADERS, **headers},
-        )
+        return EventStream(_chunks(batches, writer, stop), headers={**STREAM_HEADERS, **headers})
     answer = await whole_answer(request, run.id, batches, stop)
     whole = completion(run.id, run.model, int(run.created_at.timestamp()), answer)
     out = whole.model_dump(mode="json", exclude_none=True)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from parley.api.deps import PrincipalDep, ServicesDep
@@ -28,6 +28,7 @@ from parley.api.routes.openai import (
     submit_program,
     whole_answer,
 )
+from parley.api.sse import EventStream
 from parley.errors import InvalidRequest
 from parley.openai.protocol import ChatCompletionRequest
 from parley.openai.responses import Refused, ResponsesRequest, as_chat, refusal
@@ -55,11 +56,7 @@ async def create_response(
     settings = echo(body)
     if body.stream:
         events = ResponseEvents(run.id, run.model, settings)
-        return StreamingResponse(
-            _events(batches, events, stop),
-            media_type="text/event-stream",
-            headers={**STREAM_HEADERS, **headers},
-        )
+        return EventStream(_events(batches, events, stop), headers={**STREAM_HEADERS, **headers})
     answer = await whole_answer(request, run.id, batches, stop)
     whole = response(run.id, run.model, int(run.created_at.timestamp()), settings, answer)
     return JSONResponse(whole, headers=headers)
