@@ -103,10 +103,12 @@ def _parse_id(value: str) -> _Id | None:
 
 
 def _entry_id(value: str) -> _Id:
-    parsed = _parse_id(value)
-    if parsed is None:
+    """An id Redis issued (``<ms>-<seq>``, read from a stream: not a client's, which
+    ``_parse_id`` checks) as a pair of ints; ValueError for anything else."""
+    ms, sep, seq = value.partition("-")
+    if not sep:
         raise ValueError(f"not a stream entry id: {value!r}")
-    return parsed
+    return int(ms), int(seq)
 
 
 def _id_text(entry_id: _Id) -> str:
