@@ -125,3 +125,19 @@ def test_a_look_alike_letter_after_plain_text_is_scanned_from_what_came_before()
     assert scan.feed(start) == len("the key: ")  # held from where a key may begin
     verdict = scan.feed(f"{CYRILLIC_I}VATE KEY-----", final=True)
     assert isinstance(verdict, Verdict) and verdict.category == "secrets"
+
+
+def test_positions_stay_the_answers_own_when_other_characters_come_late() -> None:
+    """Positions counted on plain ASCII, then on pieces that fold (a zero width dropped, a
+    ligature widened): what is released is always the answer as written."""
+    rules = RuleSet("rules", RulesSettings())
+    scan = rules.scan()
+    assert scan is not None
+    assert scan.feed("Here is ") == 8
+    assert scan.feed("the -----BEG") == 12  # held where a key may begin
+    assert scan.feed("IN RSA P") == 12
+    assert scan.feed("UBLIC KEY") == 37  # not a private key: all of it released
+    assert scan.feed(f" ﬁne{ZERO_WIDTH} ok ") == 37 + 9  # 9 characters as written
+    assert scan.feed("then -----BEGIN RSA PRI") == 46 + 5
+    verdict = scan.feed(f"{ZERO_WIDTH}VATE KEY-----", final=True)
+    assert isinstance(verdict, Verdict) and verdict.category == "secrets"

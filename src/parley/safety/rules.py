@@ -171,7 +171,9 @@ class _FoldedScan:
         self._compiled = compiled
         self._skeleton = skeleton
         self._tail = ""  # the folded text from self._offset on
-        self._origin: list[int] = []  # of each folded character of the tail, its position
+        # of each folded character of the tail, its position in the answer as written; None
+        # while the answer is all ASCII (each character folds to itself, where it stands)
+        self._origin: list[int] | None = None
         self._offset = 0  # in the folded answer
         self._fed = 0  # characters of the answer as written
         self._hold = 0  # where a match could still begin: nothing before it can be blocked
@@ -181,7 +183,7 @@ class _FoldedScan:
         far is ASCII: both foldings read it the same)."""
         twin = copy.copy(self)
         twin._skeleton = skeleton
-        twin._origin = list(self._origin)
+        twin._origin = None if self._origin is None else list(self._origin)
         return twin
 
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
@@ -189,10 +191,15 @@ class _FoldedScan:
         released. ``final``: nothing follows, so what could still grow into a match (or out
         of one: a match that reaches the end, whose ``\\b`` the next piece may undo) is
         decided now."""
-        folded, origin = fold_mapped(text, self._fed, skeleton=self._skeleton)
+        if self._origin is None and text.isascii():
+            folded = text
+        else:
+            if self._origin is None:  # the first other character: positions kept from now
+                self._origin = list(range(self._offset, self._offset + len(self._tail)))
+            folded, origin = fold_mapped(text, self._fed, skeleton=self._skeleton)
+            self._origin += origin
         self._fed += len(text)
         self._tail += folded
-        self._origin += origin
         start = self._hold - self._offset
         end = len(self._tail)
         # one search in the usual case: the leftmost match, complete or (not final) partial
@@ -208,11 +215,14 @@ class _FoldedScan:
         keep = self._hold - self._offset - _CONTEXT_CHARS
         if keep > 0:
             self._tail = self._tail[keep:]
-            del self._origin[:keep]
+            if self._origin is not None:
+                del self._origin[:keep]
             self._offset += keep
         return released
 
     def _released(self) -> int:
         """The answer as written, up to where a match could still begin."""
         held = self._hold - self._offset
-        return self._fed if held >= len(self._tail) else self._origin[held]
+        if held >= len(self._tail):
+            return self._fed
+        return self._offset + held if self._origin is None else self._origin[held]
