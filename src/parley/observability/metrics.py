@@ -388,3 +388,7 @@ def build_metrics(
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
     _use_directory(seen.metrics_dir)
     return Metrics(engines, qos, seen.metrics_dir)
+
+
+def untimed(delta: Delta) -> None:
+    """``Metrics.token_timer``'s stand-in for a process without metrics: times nothing."""

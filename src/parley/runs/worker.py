@@ -26,7 +26,7 @@ from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import capacity_offers
 from parley.engines.settings import EngineSettings
 from parley.observability import tracing
-from parley.observability.metrics import Metrics
+from parley.observability.metrics import Metrics, untimed
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.qos.settings import QosSettings
@@ -305,10 +305,10 @@ class Worker:
         )
         # nothing reaches the stream before the tier's output classifiers approve it
         stream = moderated(self._moderator, run, request, stream, self._engine.abort)
-        timed = self._metrics.token_timer(run) if self._metrics else None  # TTFT, ITL
+        timed = self._metrics.token_timer(run) if self._metrics else untimed  # TTFT, ITL
         try:
             async for generated in stream:
-                timed(generated) if timed else None
+                timed(generated)
                 delta = progress.numbered(storable_delta(generated))  # as streamed and stored
                 if not await self._append(run, delta_events(delta), progress):
                     break

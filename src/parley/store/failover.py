@@ -205,7 +205,7 @@ def _ping(dbapi_connection: Any) -> None:
 
 
 def _look_for_a_standby(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-    """A replica pool's connection whose server is a primary, made over
+    """A replica pool's connection (pinged just now) whose server is a primary, made over
     ``REPLICA_RECHECK_SECONDS`` ago, is replaced: the new one goes to a standby if one answers
     (after a failover, reads move to the new standby within that time)."""
     age = time.monotonic() - record.info.get("connected_at", time.monotonic())
