@@ -138,12 +138,7 @@ class FakeEngine:
         return WordCount()(messages)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
-        prompt = self.count_prompt_tokens(request.model, request.messages)
-        if prompt >= self.config.context_window:
-            raise ContextLengthExceeded(
-                f"the prompt is {prompt} tokens; the fake model reads at most "
-                f"{self.config.context_window} tokens (its context window)"
-            )
+        prompt = self._prompt_within_window(request)
         await self._slots.acquire()
         aborted = asyncio.Event()
         self._active[request.request_id] = aborted
@@ -152,41 +147,39 @@ class FakeEngine:
             full = _answer_length(request.messages, self.config)
             n = min(full, request.max_tokens)
             tokens = fake_text(request.messages, n, self.config, going_on=request.continue_final)
-            prompt = self.count_prompt_tokens(request.model, request.messages)
             if await _sleep_unless(aborted, self.config.time_to_first_token):
                 yield Delta("", 0, FinishReason.ABORT, prompt)
                 return
-            calls = scripted_calls(request)
-            if calls:
+            if calls := scripted_calls(request):
                 yield Delta("", len(calls), FinishReason.TOOL_CALLS, prompt, tool_calls=calls)
                 return
-            cut = full > request.max_tokens
-            async for delta in self._paced(tokens, prompt, aborted, cut):
-                yield delta
+            # the tokens on a schedule (first + i * latency), as an engine's come, however
+            # long the consumer takes with each: a slow one falls behind, it does not slow
+            # the engine down (one generator: no layer per token around this loop)
+            end = FinishReason.LENGTH if full > request.max_tokens else FinishReason.STOP
+            last, loop = len(tokens) - 1, asyncio.get_running_loop()
+            due = loop.time()
+            for i, token in enumerate(tokens):
+                if i:
+                    due += self.config.inter_token_latency
+                    if await _sleep_unless(aborted, due - loop.time()):
+                        yield Delta("", 0, FinishReason.ABORT)
+                        return
+                yield Delta(token, 1, end if i == last else None, None if i else prompt)
+            if not tokens:
+                yield Delta("", 0, FinishReason.LENGTH, prompt)
         finally:
             self._active.pop(request.request_id, None)
             self._slots.release()
 
-    async def _paced(
-        self, tokens: list[str], prompt: int, aborted: asyncio.Event, cut: bool
-    ) -> AsyncIterator[Delta]:
-        """The tokens on a schedule (first + i * latency), as an engine's come, however long
-        the consumer takes with each: a slow consumer falls behind, it does not slow the
-        engine down."""
-        loop = asyncio.get_running_loop()
-        due = loop.time()
-        for i, token in enumerate(tokens):
-            if i:
-                due += self.config.inter_token_latency
-                if await _sleep_unless(aborted, due - loop.time()):
-                    yield Delta("", 0, FinishReason.ABORT)
-                    return
-            finish = None
-            if i == len(tokens) - 1:
-                finish = FinishReason.LENGTH if cut else FinishReason.STOP
-            yield Delta(token, 1, finish, prompt if i == 0 else None)
-        if not tokens:
-            yield Delta("", 0, FinishReason.LENGTH, prompt)
+    def _prompt_within_window(self, request: GenerationRequest) -> int:
+        prompt = self.count_prompt_tokens(request.model, request.messages)
+        if prompt >= self.config.context_window:
+            raise ContextLengthExceeded(
+                f"the prompt is {prompt} tokens; the fake model reads at most "
+                f"{self.config.context_window} tokens (its context window)"
+            )
+        return prompt
 
     async def start(self) -> None:
         """Nothing runs in the background until the first request."""

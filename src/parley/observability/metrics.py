@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,13 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from parley.bus.interface import Bus
 from parley.domain import QUEUE_WAIT_EXCEEDED, utcnow
-from parley.engines.interface import Delta, Engine
+from parley.engines.interface import Engine
 from parley.engines.registry import configured_models
 from parley.engines.settings import EngineSettings
 from parley.engines.stats import engine_stats, engines_by_model, replica_stats
 from parley.observability.moderation import moderation_metrics
 from parley.observability.settings import ObservabilitySettings
+from parley.observability.token_timing import TokenTimer
 from parley.qos.settings import QosSettings
 from parley.store.schema import Run
 
@@ -277,29 +278,11 @@ class Metrics:
         seconds = max(0.0, (ended - run.created_at).total_seconds())
         self._runs.duration.labels(*labels, run.status.value).observe(seconds)
 
-    def token_timer(self, run: Run) -> Callable[[Delta], None]:
-        """What times a run's tokens as they come (called with each delta, in the worker's
-        own loop: no stream wrapped around the engine's): the first from the run's
-        submission (the submitting host's clock), the gaps between them on this one's."""
-        ttft = self._runs.ttft.labels(run.model, run.tier)
-        itl = self._runs.itl.labels(run.model, run.tier)
-        loop = asyncio.get_running_loop()
-        last: float | None = None
-
-        def see(delta: Delta) -> None:
-            nonlocal last
-            if delta.tokens <= 0:
-                return
-            now = loop.time()
-            if last is None:
-                ttft.observe(max(0.0, (utcnow() - run.created_at).total_seconds()))
-            else:
-                gap = (now - last) / delta.tokens
-                for _ in range(delta.tokens):
-                    itl.observe(gap)
-            last = now
-
-        return see
+    def token_timer(self, run: Run) -> TokenTimer:
+        """What times a run's tokens as they come (``see`` with each delta, in the worker's
+        own loop; ``close`` at its stream's end): ``token_timing.py``."""
+        by = (run.model, run.tier)
+        return TokenTimer(self._runs.ttft.labels(*by), self._runs.itl.labels(*by), run.created_at)
 
     def refused(self, tier: str | None, reason: str) -> None:
         self._edge.refusals.labels(tier or UNKNOWN_TIER, reason).inc()
@@ -388,7 +371,3 @@ def build_metrics(
     disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
     _use_directory(seen.metrics_dir)
     return Metrics(engines, qos, seen.metrics_dir)
-
-
-def untimed(delta: Delta) -> None:
-    """``Metrics.token_timer``'s stand-in for a process without metrics: times nothing."""

@@ -79,8 +79,7 @@ class Progress:
     def numbered(self, delta: Delta) -> Delta:
         """A delta with its calls numbered after the earlier steps' (one answer's calls
         have one index each)."""
-        offset = self._round_calls_offset
-        if not offset or not delta.tool_calls:
+        if not delta.tool_calls or not (offset := self._round_calls_offset):
             return delta
         calls = tuple(replace(c, index=c.index + offset) for c in delta.tool_calls)
         return replace(delta, tool_calls=calls)

@@ -26,7 +26,8 @@ from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import capacity_offers
 from parley.engines.settings import EngineSettings
 from parley.observability import tracing
-from parley.observability.metrics import Metrics, untimed
+from parley.observability.metrics import Metrics
+from parley.observability.token_timing import UNTIMED
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.qos.settings import QosSettings
@@ -67,11 +68,8 @@ class Worker:
         moderator: Moderator | None = None,
         tool_rounds: ToolRounds | None = None,
     ) -> None:
-        self._moderator = moderator
-        self._tool_rounds = tool_rounds
-        self._db = db
-        self._bus = bus
-        self._engine = engine
+        self._moderator, self._tool_rounds = moderator, tool_rounds
+        self._db, self._bus, self._engine = db, bus, engine
         self._settings = settings
         self._top_priority, self._engines = qos.top_priority, engines
         self._finisher = finisher
@@ -305,10 +303,10 @@ class Worker:
         )
         # nothing reaches the stream before the tier's output classifiers approve it
         stream = moderated(self._moderator, run, request, stream, self._engine.abort)
-        timed = self._metrics.token_timer(run) if self._metrics else untimed  # TTFT, ITL
+        timer = self._metrics.token_timer(run) if self._metrics else UNTIMED  # TTFT, ITL
         try:
             async for generated in stream:
-                timed(generated)
+                timer.see(generated)
                 delta = progress.numbered(storable_delta(generated))  # as streamed and stored
                 if not await self._append(run, delta_events(delta), progress):
                     break
@@ -316,6 +314,7 @@ class Worker:
                 if progress.stopped:
                     break
         finally:
+            timer.close()
             await stream.aclose()  # type: ignore[attr-defined]
 
     async def _append(
