@@ -182,7 +182,7 @@ MUTATIONS = (
         "M15",
         "answers are scanned without the confusables skeleton",
         "src/parley/safety/rules.py",
-        "            self._scans.append(self._scans[0].twin(skeleton=True))",
+        "            scans.append(scans[0].twin(skeleton=True))",
         "            pass  # no skeleton scan",
         (
             "tests/safety/test_normalized.py::test_an_answer_with_a_disguised_private_key_is_stopped",

@@ -149,10 +149,13 @@ class OutputScan:
     def feed(self, text: str, *, final: bool = False) -> Verdict | int:
         """Take the answer's next piece: the verdict if it completes a blocked match, else
         how far (in characters of the whole answer) the text may be released."""
-        if len(self._scans) == 1 and not text.isascii():
-            self._scans.append(self._scans[0].twin(skeleton=True))
+        scans = self._scans
+        if len(scans) == 1:
+            if text.isascii():  # (the usual case: one folding, one scan)
+                return scans[0].feed(text, final=final)
+            scans.append(scans[0].twin(skeleton=True))
         released = []
-        for scan in self._scans:
+        for scan in scans:
             answer = scan.feed(text, final=final)
             if isinstance(answer, Verdict):
                 return answer
