@@ -373,3 +373,27 @@ async def test_close_stops_the_tail() -> None:
     await bus.close()
     names = {t.get_name() for t in asyncio.all_tasks() if not t.done()}
     assert not any(name.startswith("parley-redis") for name in names)
+
+
+async def test_woken_reads_leave_no_timeout_behind_and_a_quiet_read_times_out() -> None:
+    """A reader's timeout is a place in the tail's shared deadlines, not a timer of its own:
+    a read its entry woke leaves that place at once (nothing kept per token), and a read
+    nothing comes for still ends at its timeout, empty."""
+    bus = await make_bus("redis", LIMITS)
+    deadlines = _redis(bus)._tail.deadlines
+    runs = [f"run{i}" for i in range(200)]
+    try:
+        readers = [asyncio.create_task(bus.read(r, None, timeout=READ)) for r in runs]
+        for r in runs:
+            await _waiting(bus, r)
+        assert sum(len(w) for w in deadlines._due.values()) == len(runs)
+        for r in runs:
+            await bus.append(r, _delta(r))
+        assert all(len(got) == 1 for got in await _all(readers))
+        assert sum(len(w) for w in deadlines._due.values()) == 0
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert await bus.read("quiet", None, timeout=0.3) == []
+        assert 0.3 <= loop.time() - began < 5
+    finally:
+        await bus.close()

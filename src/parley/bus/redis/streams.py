@@ -169,5 +169,5 @@ class _StreamOps(_RedisOps):
                     return found
             tail.follow(watch)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await watch.wait(changed, remaining):
+            if remaining <= 0 or not await watch.wait(changed, remaining, tail.deadlines):
                 return None

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import time
 from collections import deque
 
@@ -49,6 +50,7 @@ _PRUNE_EVERY_SECONDS = 1.0
 _RETRY_MIN_SECONDS = 0.1
 _RETRY_MAX_SECONDS = 2.0
 _UNBLOCK_ATTEMPTS = 100  # CLIENT UNBLOCKs per nudge at most
+_DEADLINE_GRAIN = 0.05  # seconds: a reader's wait times out up to this late
 _NUDGE_SPINS = 3000  # ~1 ms sleeps per nudge at most (the tail rebuilds every 2 s anyway)
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,9 @@ log = logging.getLogger(__name__)
 
 class _Change:
     """One change of a watch that readers wait for: fired once, then replaced (``notify``).
-    A reader's wait is a future and a timer handle, not a timeout scope: at a thousand
-    streams a token each, the scope's enter and exit were a visible share of the relay."""
+    A reader's wait is a future, its timeout a place in the tail's ``_Deadlines``: no timeout
+    scope and no timer per wait (at a thousand streams a token each, each was a visible
+    share of the relay)."""
 
     __slots__ = ("fired", "waiting")
 
@@ -72,25 +75,50 @@ class _Change:
                 waiter.set_result(True)
         self.waiting.clear()
 
-    async def wait(self, timeout: float) -> bool:
-        """True once fired, False after ``timeout`` seconds."""
+    async def wait(self, timeout: float, deadlines: _Deadlines) -> bool:
+        """True once fired, False after ``timeout`` seconds (up to ``_DEADLINE_GRAIN`` late)."""
         if self.fired:
             return True
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bool] = loop.create_future()
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.waiting.append(waiter)
-        timer = loop.call_later(timeout, _time_out, waiter)
+        slot = deadlines.add(waiter, timeout)
         try:
             return await waiter
         finally:
-            timer.cancel()
+            deadlines.discard(slot, waiter)
             if not self.fired:
                 self.waiting.remove(waiter)
 
 
-def _time_out(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
+class _Deadlines:
+    """Waits' timeouts, by the ``_DEADLINE_GRAIN`` they end in: one timer per grain for all
+    the waits ending in it, however many; a wait that ends otherwise leaves its grain."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due: dict[int, set[asyncio.Future[bool]]] = {}
+
+    def add(self, waiter: asyncio.Future[bool], timeout: float) -> int:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # (a new loop: the old one's timers will not fire)
+            self._loop, self._due = loop, {}
+        slot = math.ceil((loop.time() + timeout) / _DEADLINE_GRAIN)
+        waiting = self._due.get(slot)
+        if waiting is None:
+            waiting = self._due[slot] = set()
+            loop.call_at(slot * _DEADLINE_GRAIN, self._end, slot)
+        waiting.add(waiter)
+        return slot
+
+    def discard(self, slot: int, waiter: asyncio.Future[bool]) -> None:
+        waiting = self._due.get(slot)
+        if waiting is not None:
+            waiting.discard(waiter)
+
+    def _end(self, slot: int) -> None:
+        for waiter in self._due.pop(slot, ()):
+            if not waiter.done():
+                waiter.set_result(False)
 
 
 class _Watch:
@@ -152,12 +180,12 @@ class _Watch:
         self.changed.fire()
         self.changed = _Change()
 
-    async def wait(self, changed: _Change, timeout: float) -> bool:
+    async def wait(self, changed: _Change, timeout: float, deadlines: _Deadlines) -> bool:
         """Wait (counted as a waiter) for ``changed``, taken from ``self.changed`` before
         the reader last looked; False after ``timeout`` seconds."""
         self.waiters += 1
         try:
-            return await changed.wait(timeout)
+            return await changed.wait(timeout, deadlines)
         finally:
             self.waiters -= 1
 
@@ -179,6 +207,7 @@ class _StreamTail:
         self._nudger: asyncio.Task[None] | None = None
         self._pruned_at = 0.0
         self._closed = False
+        self.deadlines = _Deadlines()  # of the readers' waits
 
     def watch(self, key: str, after: _Id) -> _Watch:
         """The key's watch, made at ``after`` if missing; marks a read of it."""
