@@ -5,6 +5,7 @@ by a later one on the stream, and a delta counts into the run's progress once co
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 
@@ -28,7 +29,7 @@ class _FailingAt(MemoryBus):
 
     def append_soon(
         self, run_id: str, event: RunEvent, *, fence: int | None = None
-    ) -> asyncio.Future[str]:
+    ) -> Awaitable[str]:
         self.started += 1
         if self.started != self._n:
             return super().append_soon(run_id, event, fence=fence)

@@ -33,18 +33,6 @@ class StreamWriter:
         self._bus, self._run, self._progress, self._lose = bus, run, progress, lose
         self._out: tuple[Awaitable[str], Delta] | None = None  # the append not yet confirmed
 
-    async def __aenter__(self) -> StreamWriter:
-        return self
-
-    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        """The step's end: the append out confirmed and counted, if the step ended or the
-        engine (or moderation) failed: what is on the stream is in the answer; if it was
-        cancelled, left to finish on its own."""
-        if kind is None or issubclass(kind, Exception):
-            await self.confirm()
-        else:
-            self._abandon()
-
     async def write(self, delta: Delta) -> bool:
         """Confirm the append out, then start this delta's; False if the attempt is stale."""
         if not await self.confirm():
@@ -76,9 +64,9 @@ class StreamWriter:
         self._progress.take(delta)
         return True
 
-    def _abandon(self) -> None:
-        """An append still out left to finish on its own (its outcome retrieved, so that
-        nothing is reported as never looked at)."""
+    def abandon(self) -> None:
+        """The step ended by an error: an append still out is left to finish on its own
+        (its outcome retrieved, so that nothing is reported as never looked at)."""
         if self._out is not None:
             asyncio.ensure_future(self._out[0]).add_done_callback(_retrieved)
             self._out = None

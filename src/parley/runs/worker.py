@@ -304,16 +304,17 @@ class Worker:
         # nothing reaches the stream before the tier's output classifiers approve it
         stream = moderated(self._moderator, run, request, stream, self._engine.abort)
         timer = self._metrics.token_timer(run) if self._metrics else UNTIMED  # TTFT, ITL
-        lose = partial(self._lose, run.id, progress)
+        writer = StreamWriter(self._bus, run, progress, partial(self._lose, run.id, progress))
         try:
-            async with StreamWriter(self._bus, run, progress, lose) as writer:
-                async for generated in stream:
-                    timer.see(generated)
-                    if not await writer.write(progress.numbered(storable_delta(generated))):
-                        break
-                    if progress.stopped:
-                        break
+            async for generated in stream:
+                timer.see(generated)
+                if not await writer.write(progress.numbered(storable_delta(generated))):
+                    break
+                if progress.stopped:
+                    break
+            await writer.confirm()
         finally:
+            writer.abandon()
             timer.close()
             await stream.aclose()  # type: ignore[attr-defined]
 
