@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -191,15 +191,6 @@ class RunStreams(Protocol):
         ``fence``: the attempt of the run the appender works for (a fencing token). An
         append fenced below the stream's fence raises StaleAttempt and appends nothing; one
         fenced above it raises the fence to it. Unfenced appends are always taken.
-        """
-
-    def append_soon(
-        self, run_id: str, event: RunEvent, *, fence: int | None = None
-    ) -> Awaitable[str]:
-        """Start an append, as ``append`` (its id, or its error, when awaited), without
-        waiting for it: appends started one after another are applied in that order. A
-        producer that awaits each before starting its stream's next (``runs/appends.py``)
-        works on while the last one is out, and never has one applied after one that failed.
         """
 
     async def raise_fence(self, run_id: str, fence: int) -> None:

@@ -31,13 +31,13 @@ from parley.observability.token_timing import UNTIMED
 from parley.outages import log_failure
 from parley.qos.admission import Admission
 from parley.qos.settings import QosSettings
+from parley.runs.events import delta_events
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.generation import Prompt, Prompting
 from parley.runs.moderated import OutputRefused, moderated
 from parley.runs.progress import Progress, storable_delta
 from parley.runs.run_slots import RunSlots
 from parley.runs.settings import RunSettings
-from parley.runs.stream_writer import StreamWriter
 from parley.runs.tool_rounds import ToolRounds
 from parley.safety.moderator import Moderator
 from parley.store import run_records
@@ -304,17 +304,16 @@ class Worker:
         # nothing reaches the stream before the tier's output classifiers approve it
         stream = moderated(self._moderator, run, request, stream, self._engine.abort)
         timer = self._metrics.token_timer(run) if self._metrics else UNTIMED  # TTFT, ITL
-        writer = StreamWriter(self._bus, run, progress, partial(self._lose, run.id, progress))
         try:
             async for generated in stream:
                 timer.see(generated)
-                if not await writer.write(progress.numbered(storable_delta(generated))):
+                delta = progress.numbered(storable_delta(generated))  # as streamed and stored
+                if not await self._append(run, delta_events(delta), progress):
                     break
+                progress.take(delta)
                 if progress.stopped:
                     break
-            await writer.confirm()
         finally:
-            writer.abandon()
             timer.close()
             await stream.aclose()  # type: ignore[attr-defined]
 

@@ -35,24 +35,10 @@ class _StreamOps(_MemoryOps):
         self._fences: dict[str, tuple[int, float]] = {}  # run -> (fence, expires at)
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
-        return self._append_now(run_id, event, fence)
-
-    def append_soon(
-        self, run_id: str, event: RunEvent, *, fence: int | None = None
-    ) -> asyncio.Future[str]:
-        """Appended at once (nothing to wait for in-process): a future already done."""
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        try:
-            done.set_result(self._append_now(run_id, event, fence))
-        except StaleAttempt as e:
-            done.set_exception(e)
-        return done
-
-    def _append_now(self, run_id: str, event: RunEvent, fence: int | None) -> str:
         if fence is not None:
             if fence < self._fence(run_id):
                 raise StaleAttempt(f"run {run_id}: attempt {fence} is fenced out")
-            self._raise_fence_now(run_id, fence)
+            await self.raise_fence(run_id, fence)
         stream = self._live_stream(run_id)
         if stream is None:
             self._expire_some()  # before the new stream, which has no expiry yet
@@ -97,9 +83,6 @@ class _StreamOps(_MemoryOps):
         return self._live_stream(run_id) is not None
 
     async def raise_fence(self, run_id: str, fence: int) -> None:
-        self._raise_fence_now(run_id, fence)
-
-    def _raise_fence_now(self, run_id: str, fence: int) -> None:
         expires = self._clock() + self.limits.stream_ttl_seconds
         self._fences[run_id] = (max(fence, self._fence(run_id)), expires)
 

@@ -54,38 +54,16 @@ class AppendBatcher:
         self._queued: list[_Call] = []
         self._sending: list[_Call] = []  # the batch out now
         self._flusher: asyncio.Task[None] | None = None
-        self._last: asyncio.Future[object] | None = None  # unbatched: the call queued last
-        self._unbatched: set[asyncio.Task[None]] = set()
 
     async def append(self, keys: Sequence[str], args: Sequence[_Arg]) -> object:
         """The script's result for these keys and args (sent with the others queued)."""
-        return await self.enqueue(keys, args)
-
-    def enqueue(self, keys: Sequence[str], args: Sequence[_Arg]) -> asyncio.Future[object]:
-        """Queue a call; its future gives the script's result. Calls go out in the order
-        they were queued (unbatched: each after the one before it is back)."""
         call = _Call(keys, args)
         if not self._batching:
-            before, self._last = self._last, call.done
-            self._unbatched.add(task := asyncio.create_task(self._send_alone(call, before)))
-            task.add_done_callback(self._unbatched.discard)
-            return call.done
+            return _value((await self._send([call]))[0])
         self._queued.append(call)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return call.done
-
-    async def _send_alone(self, call: _Call, before: asyncio.Future[object] | None) -> None:
-        result: object = RedisConnectionError("the bus is closed")
-        try:
-            if before is not None:
-                await asyncio.wait([before])
-            result = (await self._send([call]))[0]
-        except Exception as e:
-            result = e
-        finally:  # (cancelled by close: the caller sees the bus closed)
-            if not call.done.done():
-                _settle(call.done, result)
+        return await call.done
 
     async def close(self) -> None:
         """Stop flushing; an append still waiting fails (the bus is closed) instead of
@@ -94,8 +72,6 @@ class AppendBatcher:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._flusher
-        for task in list(self._unbatched):
-            task.cancel()
         for call in [*self._sending, *self._queued]:
             if not call.done.done():
                 call.done.set_exception(RedisConnectionError("the bus is closed"))
@@ -114,8 +90,12 @@ class AppendBatcher:
                         call.done.set_exception(e)
                 continue
             for call, result in zip(batch, results, strict=True):
-                if not call.done.done():
-                    _settle(call.done, result)
+                if call.done.done():
+                    continue
+                if isinstance(result, Exception):
+                    call.done.set_exception(result)
+                else:
+                    call.done.set_result(result)
 
     async def _send(self, batch: list[_Call]) -> list[object]:
         if len(batch) == 1:
@@ -131,11 +111,10 @@ class AppendBatcher:
         return [_result(reply) for reply in cast(list[object], replies)]
 
 
-def _settle(done: asyncio.Future[object], result: object) -> None:
+def _value(result: object) -> object:
     if isinstance(result, Exception):
-        done.set_exception(result)
-    else:
-        done.set_result(result)
+        raise result
+    return result
 
 
 _REFUSED = ""  # the batch script's answer for a call whose script answered false

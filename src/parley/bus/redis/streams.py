@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator
-from typing import Any
 
 from parley.bus.interface import RunEvent, StaleAttempt, StreamEntry
 from parley.bus.redis.appends import AppendBatcher
@@ -68,22 +66,6 @@ return 1
 """
 
 
-class _Appended:
-    """An append under way: awaited, its entry id (StaleAttempt if it was fenced out), with
-    no suspension once its batch is back."""
-
-    __slots__ = ("_done", "_fence", "_run_id")
-
-    def __init__(self, done: asyncio.Future[object], run_id: str, fence: int | None) -> None:
-        self._done, self._run_id, self._fence = done, run_id, fence
-
-    def __await__(self) -> Generator[Any, None, str]:
-        entry_id = yield from self._done.__await__()
-        if entry_id is None:
-            raise StaleAttempt(f"run {self._run_id}: attempt {self._fence} is fenced out")
-        return _text(entry_id)
-
-
 class _StreamOps(_RedisOps):
     _tail: _StreamTail
     _reads: asyncio.Semaphore  # _READ_CONCURRENCY permits
@@ -91,15 +73,15 @@ class _StreamOps(_RedisOps):
     _raise_fence = _LuaScript(_RAISE_FENCE)
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
-        return await self.append_soon(run_id, event, fence=fence)
-
-    def append_soon(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> _Appended:
         data = event.json
         ttl_ms = _ms(self.limits.stream_ttl_seconds)
         fenced = "" if fence is None else str(int(fence))
         args: list[_Arg] = [self.limits.stream_maxlen, event.kind.value, data, ttl_ms, fenced]
         keys = [self._run_key(run_id, "events"), self._run_key(run_id, "fence")]
-        return _Appended(self._appends.enqueue(keys, args), run_id, fence)
+        entry_id = await self._appends.append(keys, args)
+        if entry_id is None:
+            raise StaleAttempt(f"run {run_id}: attempt {fence} is fenced out")
+        return _text(entry_id)
 
     async def raise_fence(self, run_id: str, fence: int) -> None:
         ttl_ms = _ms(self.limits.stream_ttl_seconds)
