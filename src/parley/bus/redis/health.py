@@ -11,7 +11,7 @@ effect to repeat, is retried once on a new connection (``_PingRetried``). After 
 connection of a pool fails, every other one is PINGed the same way before its next command,
 however recently it was used: an outage ends them all, and the first run after one failed
 on a connection last used a moment before it (found by making the run's start use one
-connection fewer).
+connection fewer). A connection made after the failure is not PINGed in its own set-up.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ class _PingRetried:
                 self._ping_failed,  # type: ignore[attr-defined]
                 with_failure_count=True,
             )
+
+    async def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        """A connection made now has a server that answers: its set-up's own commands (some
+        pipelined, their replies read together) are not to be preceded by a PING, which
+        would read one of their replies as its own."""
+        self._answered_at = asyncio.get_running_loop().time()
+        await super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
