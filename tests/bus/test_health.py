@@ -6,6 +6,7 @@ set-up's replies as its own: a send failed with a 500, seen once in CI)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -25,10 +26,19 @@ async def test_a_connection_made_after_a_failure_sets_itself_up_and_answers() ->
         aioredis.ConnectionPool.from_url(REDIS_URL, health_check_interval=HEALTH_CHECK_SECONDS)
     )
     client = aioredis.Redis(connection_pool=pool)
+    cls = pool.connection_class
+    sent = cls.send_packed_command
+
+    async def failing_meanwhile(self: Any, command: Any, check_health: bool = True) -> None:
+        await sent(self, command, check_health)
+        if b"SETINFO" in b"".join(command):  # another connection fails amid this one's set-up
+            _failed_now(pool)
+
     try:
         assert await client.ping()
         _failed_now(pool)  # one of the pool's connections just failed
         await pool.disconnect()  # so that the next command is on a new connection
+        cls.send_packed_command = failing_meanwhile  # type: ignore[method-assign]
         assert await client.set("parley-health-test", "1", ex=5)
         assert await client.get("parley-health-test") == b"1"
     finally:

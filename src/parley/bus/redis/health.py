@@ -41,8 +41,11 @@ class _PingRetried:
     next_health_check: float
     failed_at = float("-inf")  # (set on each pool's own class: ``checked_pool``)
     _answered_at = float("-inf")
+    _setting_up = False
 
     async def check_health(self) -> None:
+        if self._setting_up:
+            return
         now = asyncio.get_running_loop().time()
         due = now > self.next_health_check or self._answered_at <= type(self).failed_at
         if self.health_check_interval and due:
@@ -53,11 +56,15 @@ class _PingRetried:
             )
 
     async def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        """A connection made now has a server that answers: its set-up's own commands (some
-        pipelined, their replies read together) are not to be preceded by a PING, which
-        would read one of their replies as its own."""
-        self._answered_at = asyncio.get_running_loop().time()
-        await super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        """A connection being set up is not PINGed amid its own set-up, whatever fails
+        meanwhile: its commands are pipelined, their replies read together, and a PING
+        would read one of them as its own."""
+        self._setting_up = True
+        try:
+            await super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._setting_up = False
+            self._answered_at = asyncio.get_running_loop().time()
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
