@@ -136,15 +136,6 @@ def _streams(reply: object) -> list[tuple[str, list[Any]]]:
 _KINDS = {kind.value: kind for kind in EventKind}
 
 
-def _fields(entry_id: object, fields: object) -> tuple[str, str, str]:
-    """A stream entry as read, as text: its id, its kind (ValueError if unknown), its data."""
-    values = cast(dict[str, str], fields)
-    kind = values["k"]
-    if kind not in _KINDS:
-        raise ValueError(f"unknown event kind {kind!r}")
-    return _text(entry_id), kind, values["d"]
-
-
 def _entry(entry_id: object, fields: object) -> StreamEntry:
     """A stream entry as read; its data stays JSON text until something reads it (a relay
     writes the text out as it is). An entry of an unknown kind raises ValueError."""

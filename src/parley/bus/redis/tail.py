@@ -37,9 +37,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
-from parley.bus.interface import EventKind, RunEvent, StreamEntry
+from parley.bus.interface import EventKind, StreamEntry
 from parley.bus.redis.packing import packed_in_c
-from parley.bus.redis.shared import _KINDS, _entry_id, _fields, _Id, _id_text, _streams
+from parley.bus.redis.shared import _entry, _entry_id, _Id, _id_text, _streams
 
 _CACHE_SIZE = 1024  # entries kept per watched stream
 _TAIL_BLOCK_MS = 2000
@@ -54,9 +54,6 @@ _DEADLINE_GRAIN = 0.05  # seconds: a reader's wait times out up to this late
 _NUDGE_SPINS = 3000  # ~1 ms sleeps per nudge at most (the tail rebuilds every 2 s anyway)
 
 log = logging.getLogger(__name__)
-
-_Cached = tuple[_Id, str, str, str]  # an entry's id, the id's text, its kind, its JSON data
-_DONE = EventKind.DONE.value
 
 
 class _Change:
@@ -144,10 +141,7 @@ class _Watch:
         self.base = after  # every entry after ``base`` (up to ``last``) is in ``entries``
         self.last = after  # the tail reads after this id
         self.last_text = _id_text(after)
-        # (id, its text, kind, JSON data): atoms only, so the garbage collector stops
-        # tracking them; live entries (two objects each) made every full collection walk
-        # every token of every stream relayed, a stall of the whole api at 1,000 streams
-        self.entries: deque[_Cached] = deque(maxlen=_CACHE_SIZE)
+        self.entries: deque[tuple[_Id, StreamEntry]] = deque(maxlen=_CACHE_SIZE)
         self.changed = _Change()
         self.generation = generation  # the tail generation this watch (or base) dates from
         self.last_interest = now
@@ -159,16 +153,13 @@ class _Watch:
         """Cached entries after ``after`` (at most ``count``); None if the cache starts later."""
         if after < self.base:
             return None
-        found: list[_Cached] = []
-        for cached in reversed(self.entries):  # readers are mostly near the end
-            if cached[0] <= after:
+        found: list[StreamEntry] = []
+        for entry_id, entry in reversed(self.entries):  # readers are mostly near the end
+            if entry_id <= after:
                 break
-            found.append(cached)
+            found.append(entry)
         found.reverse()
-        return [
-            StreamEntry(text, RunEvent.encoded(_KINDS[kind], data))
-            for _, text, kind, data in found[:count]
-        ]
+        return found[:count]
 
     def rebase(self, after: _Id, generation: int) -> None:
         """Read from an earlier id (only while nothing is cached)."""
@@ -176,13 +167,13 @@ class _Watch:
         self.last_text = _id_text(after)
         self.generation = generation
 
-    def add(self, entry_id: _Id, text: str, kind: str, data: str) -> None:
+    def add(self, entry_id: _Id, entry: StreamEntry) -> None:
         if len(self.entries) == self.entries.maxlen:
             self.base = self.entries[0][0]  # the oldest entry falls out
-        self.entries.append((entry_id, text, kind, data))
+        self.entries.append((entry_id, entry))
         self.last = entry_id
-        self.last_text = text
-        if kind == _DONE:
+        self.last_text = entry.id
+        if entry.event.kind is EventKind.DONE:
             self.done = True
 
     def notify(self) -> None:
@@ -327,8 +318,8 @@ class _StreamTail:
                 continue  # dropped or re-based meanwhile: the next XREAD reads it afresh
             try:
                 for entry_id, fields in rows:
-                    text, kind, data = _fields(entry_id, fields)
-                    watch.add(_entry_id(text), text, kind, data)
+                    entry = _entry(entry_id, fields)
+                    watch.add(_entry_id(entry.id), entry)
             except (KeyError, ValueError, TypeError) as exc:
                 log.warning("stream tail: unreadable entry in %s: %s", key, exc)
                 watch.broken = True
