@@ -386,11 +386,11 @@ async def test_woken_reads_leave_no_timeout_behind_and_a_quiet_read_times_out() 
         readers = [asyncio.create_task(bus.read(r, None, timeout=READ)) for r in runs]
         for r in runs:
             await _waiting(bus, r)
-        assert sum(len(w) for w in deadlines._due.values()) == len(runs)
+        assert deadlines.waiting() == len(runs)
         for r in runs:
             await bus.append(r, _delta(r))
         assert all(len(got) == 1 for got in await _all(readers))
-        assert sum(len(w) for w in deadlines._due.values()) == 0
+        assert deadlines.waiting() == 0
         loop = asyncio.get_running_loop()
         began = loop.time()
         assert await bus.read("quiet", None, timeout=0.3) == []

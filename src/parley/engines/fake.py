@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import random
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from parley.deadlines import SharedDeadlines
 from parley.engines.interface import (
     ChatMessage,
     ContextLengthExceeded,
@@ -229,8 +229,7 @@ class _Ticks:
     timer per token per stream was the fake engine's own share of a benchmark's CPU)."""
 
     def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._due: dict[int, list[asyncio.Future[None]]] = {}
+        self._due: SharedDeadlines[None] = SharedDeadlines(_TICK, None)
 
     async def sleep_unless(self, aborted: asyncio.Event, due: float) -> bool:
         """``_sleep_unless`` until the loop's time ``due`` (at most a tick later)."""
@@ -238,19 +237,10 @@ class _Ticks:
         seconds = due - loop.time()
         if seconds > _SHORT_PAUSE or aborted.is_set() or seconds <= 0:
             return await _sleep_unless(aborted, seconds)
-        if loop is not self._loop:  # (a new loop: the old one's timers will not fire)
-            self._loop, self._due = loop, {}
-        tick = math.ceil(due / _TICK)
-        waiting = self._due.get(tick)
-        if waiting is None:
-            waiting = self._due[tick] = []
-            loop.call_at(tick * _TICK, self._wake, tick)
         waiter: asyncio.Future[None] = loop.create_future()
-        waiting.append(waiter)
-        await waiter
+        tick = self._due.add(waiter, due)
+        try:
+            await waiter
+        finally:
+            self._due.discard(tick, waiter)
         return aborted.is_set()
-
-    def _wake(self, tick: int) -> None:
-        for waiter in self._due.pop(tick, ()):
-            if not waiter.done():
-                waiter.set_result(None)

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import math
 import time
 from collections import deque
 
@@ -40,6 +39,7 @@ from redis.typing import KeyT, StreamIdT
 from parley.bus.interface import EventKind, StreamEntry
 from parley.bus.redis.packing import packed_in_c
 from parley.bus.redis.shared import _entry, _entry_id, _Id, _id_text, _streams
+from parley.deadlines import SharedDeadlines
 
 _CACHE_SIZE = 1024  # entries kept per watched stream
 _TAIL_BLOCK_MS = 2000
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 class _Change:
     """One change of a watch that readers wait for: fired once, then replaced (``notify``).
-    A reader's wait is a future, its timeout a place in the tail's ``_Deadlines``: no timeout
+    A reader's wait is a future, its timeout a place in the tail's ``deadlines``: no timeout
     scope and no timer per wait (at a thousand streams a token each, each was a visible
     share of the relay)."""
 
@@ -75,50 +75,19 @@ class _Change:
                 waiter.set_result(True)
         self.waiting.clear()
 
-    async def wait(self, timeout: float, deadlines: _Deadlines) -> bool:
+    async def wait(self, timeout: float, deadlines: SharedDeadlines[bool]) -> bool:
         """True once fired, False after ``timeout`` seconds (up to ``_DEADLINE_GRAIN`` late)."""
         if self.fired:
             return True
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.waiting.append(waiter)
-        slot = deadlines.add(waiter, timeout)
+        slot = deadlines.add(waiter, asyncio.get_running_loop().time() + timeout)
         try:
             return await waiter
         finally:
             deadlines.discard(slot, waiter)
             if not self.fired:
                 self.waiting.remove(waiter)
-
-
-class _Deadlines:
-    """Waits' timeouts, by the ``_DEADLINE_GRAIN`` they end in: one timer per grain for all
-    the waits ending in it, however many; a wait that ends otherwise leaves its grain."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._due: dict[int, set[asyncio.Future[bool]]] = {}
-
-    def add(self, waiter: asyncio.Future[bool], timeout: float) -> int:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # (a new loop: the old one's timers will not fire)
-            self._loop, self._due = loop, {}
-        slot = math.ceil((loop.time() + timeout) / _DEADLINE_GRAIN)
-        waiting = self._due.get(slot)
-        if waiting is None:
-            waiting = self._due[slot] = set()
-            loop.call_at(slot * _DEADLINE_GRAIN, self._end, slot)
-        waiting.add(waiter)
-        return slot
-
-    def discard(self, slot: int, waiter: asyncio.Future[bool]) -> None:
-        waiting = self._due.get(slot)
-        if waiting is not None:
-            waiting.discard(waiter)
-
-    def _end(self, slot: int) -> None:
-        for waiter in self._due.pop(slot, ()):
-            if not waiter.done():
-                waiter.set_result(False)
 
 
 class _Watch:
@@ -180,7 +149,9 @@ class _Watch:
         self.changed.fire()
         self.changed = _Change()
 
-    async def wait(self, changed: _Change, timeout: float, deadlines: _Deadlines) -> bool:
+    async def wait(
+        self, changed: _Change, timeout: float, deadlines: SharedDeadlines[bool]
+    ) -> bool:
         """Wait (counted as a waiter) for ``changed``, taken from ``self.changed`` before
         the reader last looked; False after ``timeout`` seconds."""
         self.waiters += 1
@@ -207,7 +178,7 @@ class _StreamTail:
         self._nudger: asyncio.Task[None] | None = None
         self._pruned_at = 0.0
         self._closed = False
-        self.deadlines = _Deadlines()  # of the readers' waits
+        self.deadlines = SharedDeadlines(_DEADLINE_GRAIN, False)  # of the readers' waits
 
     def watch(self, key: str, after: _Id) -> _Watch:
         """The key's watch, made at ``after`` if missing; marks a read of it."""
