@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 import redis.asyncio as aioredis
@@ -33,22 +32,31 @@ from redis.exceptions import ResponseError
 from parley.bus.redis.shared import _Arg
 
 
-@dataclass(slots=True)
 class _Call:
-    keys: Sequence[str]
-    args: Sequence[_Arg]
-    done: asyncio.Future[object] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    __slots__ = ("args", "done", "keys")
+
+    def __init__(
+        self, keys: Sequence[str], args: Sequence[_Arg], done: asyncio.Future[object]
+    ) -> None:
+        self.keys = keys
+        self.args = args
+        self.done = done
 
 
 class AppendBatcher:
     def __init__(
-        self, redis: aioredis.Redis, source: str, *, batching: bool = True, max_batch: int = 512
+        self,
+        redis: aioredis.Redis,
+        source: str,
+        *,
+        shared: Sequence[_Arg] = (),
+        batching: bool = True,
+        max_batch: int = 512,
     ) -> None:
         # redis-py's scripts: EVALSHA, and on NOSCRIPT the script loaded and sent again
         self._one = redis.register_script(source)
         self._many = redis.register_script(_batch_script(source))
+        self._shared = list(shared)  # the args every call ends with, sent once a batch
         self._batching = batching
         self._max_batch = max_batch
         self._queued: list[_Call] = []
@@ -57,7 +65,7 @@ class AppendBatcher:
 
     async def append(self, keys: Sequence[str], args: Sequence[_Arg]) -> object:
         """The script's result for these keys and args (sent with the others queued)."""
-        call = _Call(keys, args)
+        call = _Call(keys, args, asyncio.get_running_loop().create_future())
         if not self._batching:
             return _value((await self._send([call]))[0])
         self._queued.append(call)
@@ -101,12 +109,15 @@ class AppendBatcher:
         if len(batch) == 1:
             call = batch[0]
             try:
-                return [await self._one(keys=call.keys, args=call.args)]
+                return [await self._one(keys=call.keys, args=[*call.args, *self._shared])]
             except ResponseError as e:  # the call's own error, as the batch script gives it
                 return [e]
-        keys = [key for call in batch for key in call.keys]
-        args: list[_Arg] = [len(batch[0].keys), len(batch[0].args)]
-        args.extend(arg for call in batch for arg in call.args)
+        keys: list[str] = []
+        args: list[_Arg] = [len(batch[0].keys), len(batch[0].args), len(self._shared)]
+        args += self._shared
+        for call in batch:
+            keys += call.keys
+            args += call.args
         replies = await self._many(keys=keys, args=args)
         return [_result(reply) for reply in cast(list[object], replies)]
 
@@ -123,19 +134,21 @@ _ERROR = "ERR "  # ... and the prefix of one whose script raised an error
 
 def _batch_script(source: str) -> str:
     """A script that runs ``source`` (written for one call: KEYS, ARGV, returning a string or
-    false) once per call of a batch. ARGV[1] and ARGV[2]: the keys and args per call, then
-    each call's args in order; KEYS: each call's keys in order. Answers an array: each
+    false) once per call of a batch. ARGV[1], ARGV[2] and ARGV[3]: the keys and args per
+    call and the shared args, then the shared args (which end every call's ARGV), then each
+    call's own args in order; KEYS: each call's keys in order. Answers an array: each
     call's string, ``_REFUSED`` for false, or ``_ERROR`` and the message of its error."""
     return f"""
 local function one(KEYS, ARGV)
 {source}
 end
-local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
+local nk, na, ns = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {{}}
-for i = 0, (#ARGV - 2) / na - 1 do
+for i = 0, (#ARGV - 3 - ns) / na - 1 do
   local keys, args = {{}}, {{}}
   for j = 1, nk do keys[j] = KEYS[i * nk + j] end
-  for j = 1, na do args[j] = ARGV[2 + i * na + j] end
+  for j = 1, na do args[j] = ARGV[3 + ns + i * na + j] end
+  for j = 1, ns do args[na + j] = ARGV[3 + j] end
   local ok, res = pcall(one, keys, args)
   if not ok then
     if type(res) == 'table' and res.err then res = res.err end

@@ -18,7 +18,7 @@ from parley.bus.redis.packing import packed_in_c
 from parley.bus.redis.queue import _QueueOps
 from parley.bus.redis.shared import MAX_BLOCK_SECONDS
 from parley.bus.redis.slots import _SlotOps
-from parley.bus.redis.streams import _APPEND, _READ_CONCURRENCY, _StreamOps
+from parley.bus.redis.streams import _APPEND, _READ_CONCURRENCY, _StreamOps, append_shared
 from parley.bus.redis.tail import _StreamTail
 from parley.bus.redis.throttle import _ThrottleOps
 from parley.bus.redis.writes import _WriteOps
@@ -66,7 +66,12 @@ class RedisBus(
         self._redis = aioredis.Redis(connection_pool=pool)
         self._tail = _StreamTail(url, self._redis)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
-        self._appends = AppendBatcher(self._redis, _APPEND, batching=self.limits.append_batching)
+        self._appends = AppendBatcher(
+            self._redis,
+            _APPEND,
+            shared=append_shared(self.limits),
+            batching=self.limits.append_batching,
+        )
 
     @property
     def namespace(self) -> str:

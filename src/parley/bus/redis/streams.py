@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from parley.bus.interface import RunEvent, StaleAttempt, StreamEntry
+from parley.bus.interface import BusLimits, RunEvent, StaleAttempt, StreamEntry
 from parley.bus.redis.appends import AppendBatcher
 from parley.bus.redis.shared import (
     _Arg,
@@ -40,19 +40,20 @@ from parley.bus.redis.tail import _StreamTail, _Watch
 
 _READ_CONCURRENCY = 4  # non-blocking XREADs of blocking reads in flight at once
 
-# KEYS: stream, fence. ARGV: maxlen, kind, data, ttl ms, fence ('' for none). Returns the
-# entry id, or false (appending nothing) when the fence given is below the stream's.
+# KEYS: stream, fence. ARGV: kind, data, fence ('' for none), then the args every append
+# shares (sent once per batch: ``append_shared``): maxlen, ttl ms. Returns the entry id, or
+# false (appending nothing) when the fence given is below the stream's.
 _APPEND = """
-if ARGV[5] ~= '' then
-  local fence = tonumber(ARGV[5])
+if ARGV[3] ~= '' then
+  local fence = tonumber(ARGV[3])
   local current = tonumber(redis.call('GET', KEYS[2]) or '0')
   if fence < current then
     return false
   end
   redis.call('SET', KEYS[2], string.format('%d', math.max(fence, current)), 'PX', ARGV[4])
 end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[2], 'd', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'k', ARGV[1], 'd', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return id
 """
 
@@ -66,6 +67,11 @@ return 1
 """
 
 
+def append_shared(limits: BusLimits) -> list[_Arg]:
+    """The args ``_APPEND`` ends with, the same for every append of a bus."""
+    return [limits.stream_maxlen, _ms(limits.stream_ttl_seconds)]
+
+
 class _StreamOps(_RedisOps):
     _tail: _StreamTail
     _reads: asyncio.Semaphore  # _READ_CONCURRENCY permits
@@ -73,10 +79,8 @@ class _StreamOps(_RedisOps):
     _raise_fence = _LuaScript(_RAISE_FENCE)
 
     async def append(self, run_id: str, event: RunEvent, *, fence: int | None = None) -> str:
-        data = event.json
-        ttl_ms = _ms(self.limits.stream_ttl_seconds)
         fenced = "" if fence is None else str(int(fence))
-        args: list[_Arg] = [self.limits.stream_maxlen, event.kind.value, data, ttl_ms, fenced]
+        args: list[_Arg] = [event.kind.value, event.json, fenced]
         keys = [self._run_key(run_id, "events"), self._run_key(run_id, "fence")]
         entry_id = await self._appends.append(keys, args)
         if entry_id is None:
