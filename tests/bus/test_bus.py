@@ -55,9 +55,11 @@ class Waits:
             pool.reset()  # type: ignore[no-untyped-call]  # new connections are named
         return waits
 
-    async def until(self, task: asyncio.Task[Any], *, command: str = "", stream: str = "") -> None:
-        """Wait until ``task`` waits in the bus: in ``command`` (a Redis command) or, for
-        a read, on ``stream``."""
+    async def until(
+        self, task: asyncio.Task[Any], *, command: str = "", stream: str = "", stop: str = ""
+    ) -> None:
+        """Wait until ``task`` waits in the bus: in ``command`` (a Redis command), for a
+        read on ``stream``, or for the ``stop`` of a run."""
         bus = self.bus
         admin = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
 
@@ -71,6 +73,8 @@ class Waits:
             if stream:
                 watch = bus._tail.watches.get(bus._run_key(stream, "events"))
                 return watch is not None and watch.waiters > 0
+            if stop:
+                return bus._cancel_watch.waiting(stop)
             clients = await admin.client_list()
             return any(
                 c["name"] == self.name and "b" in c["flags"] and c["cmd"] == command
@@ -279,7 +283,7 @@ async def test_cancel_signal(bus: Bus) -> None:
     assert await bus.wait_cancel("r1", timeout=0.05) is False
     waits = await Waits.on(bus)
     task = asyncio.create_task(bus.wait_cancel("r1", timeout=WAIT))
-    await waits.until(task, command="blpop")
+    await waits.until(task, stop="r1")
     await bus.request_cancel("r1")
     assert await woken(task) is True
     assert await bus.cancel_requested("r1")
@@ -358,7 +362,7 @@ async def test_blocking_waits_longer_than_five_seconds_do_not_fail(bus: Bus) -> 
     waits = await Waits.on(bus)
     cancel = asyncio.create_task(bus.wait_cancel("slow", timeout=WAIT))
     work = asyncio.create_task(bus.dequeue(timeout=WAIT))
-    await waits.until(cancel, command="blpop")
+    await waits.until(cancel, stop="slow")
     await waits.until(work, command="bzpopmin")
     # not synchronisation: the condition under test, both calls blocked for over 5 s
     await asyncio.sleep(6)

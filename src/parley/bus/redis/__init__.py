@@ -10,7 +10,9 @@ its own module with its keys, its Lua scripts and their documentation:
 ``tail``
     one blocking ``XREAD`` for all of a process's waiting stream readers
 ``cancel``
-    cancel signals: ``ns:run:{<run_id>}:cancel``, ``ns:run:{<run_id>}:cancelq``
+    cancel signals: ``ns:run:{<run_id>}:cancel``, published on ``ns:cancels``
+``cancel_watch``
+    one subscription to ``ns:cancels`` for all of a process's waits for a stop
 ``slots``
     per-user stream slots: ``ns:user:{<user_id>}:streams``
 ``budget``

@@ -8,6 +8,7 @@ import redis.asyncio as aioredis
 
 from parley.bus.interface import BusLimits
 from parley.bus.redis.appends import AppendBatcher
+from parley.bus.redis.cancel_watch import CancelWatch
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
 from parley.bus.redis.health import HEALTH_CHECK_SECONDS, checked_pool
@@ -23,7 +24,7 @@ from parley.bus.redis.tail import _StreamTail
 from parley.bus.redis.throttle import _ThrottleOps
 from parley.bus.redis.writes import _WriteOps
 
-POOL_MAX_CONNECTIONS = 1000  # blocking reads no longer hold these; dequeue/wait_cancel still do
+POOL_MAX_CONNECTIONS = 1000  # blocking reads and stop watches hold none of these; dequeue does
 POOL_WAIT_SECONDS = 20.0
 
 
@@ -56,7 +57,7 @@ class RedisBus(
             decode_responses=True,
             max_connections=POOL_MAX_CONNECTIONS,
             timeout=POOL_WAIT_SECONDS,
-            # blocking calls (BLPOP in wait_cancel, BZPOPMIN in dequeue) may wait longer
+            # blocking calls (BZPOPMIN in dequeue) may wait longer
             # than redis-py's default 5 s socket timeout; they are capped below this
             socket_timeout=MAX_BLOCK_SECONDS + 10,
             # an idle connection is PINGed first: one left by a restarted Redis is replaced
@@ -65,6 +66,7 @@ class RedisBus(
         packed_in_c(checked_pool(pool))
         self._redis = aioredis.Redis(connection_pool=pool)
         self._tail = _StreamTail(url, self._redis)
+        self._cancel_watch = CancelWatch(url, self._cancel_channel(), self.cancels_requested)
         self._reads = asyncio.Semaphore(_READ_CONCURRENCY)
         self._appends = AppendBatcher(
             self._redis,
@@ -85,6 +87,7 @@ class RedisBus(
         try:
             await self._appends.close()
             await self._tail.close()
+            await self._cancel_watch.close()
         finally:
             await self._redis.aclose()
             await self._redis.connection_pool.disconnect()  # (given to the client: ours)
