@@ -152,3 +152,19 @@ async def test_a_call_that_errors_in_a_batch_fails_alone(batched: RedisBus) -> N
     assert isinstance(results[1], ResponseError) and "WRONGTYPE" in str(results[1])
     assert isinstance(results[0], str) and isinstance(results[2], str)
     assert [e.event.data["text"] for e in await batched.read("run_b", None, timeout=0)] == ["t2"]
+
+
+async def test_a_fenced_append_keeps_the_stream_and_its_fence_for_the_streams_lifetime(
+    batched: RedisBus,
+) -> None:
+    """Alone and batched, the fence lives as long as the stream (its TTL, not its length)."""
+    await batched.append("run_a", delta(0), fence=1)
+    await asyncio.gather(*(batched.append(f"run_{i}", delta(0), fence=1) for i in range(5)))
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        for run_id in ["run_a", *(f"run_{i}" for i in range(5))]:
+            for suffix in ("events", "fence"):
+                ttl_ms = await admin.pttl(batched._run_key(run_id, suffix))
+                assert 50_000 < ttl_ms <= 60_000, (run_id, suffix, ttl_ms)
+    finally:
+        await admin.aclose()

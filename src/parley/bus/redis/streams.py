@@ -44,16 +44,17 @@ _READ_CONCURRENCY = 4  # non-blocking XREADs of blocking reads in flight at once
 # shares (sent once per batch: ``append_shared``): maxlen, ttl ms. Returns the entry id, or
 # false (appending nothing) when the fence given is below the stream's.
 _APPEND = """
+local maxlen, ttl = ARGV[4], ARGV[5]
 if ARGV[3] ~= '' then
   local fence = tonumber(ARGV[3])
   local current = tonumber(redis.call('GET', KEYS[2]) or '0')
   if fence < current then
     return false
   end
-  redis.call('SET', KEYS[2], string.format('%d', math.max(fence, current)), 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], string.format('%d', math.max(fence, current)), 'PX', ttl)
 end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'k', ARGV[1], 'd', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', 'k', ARGV[1], 'd', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
 return id
 """
 
