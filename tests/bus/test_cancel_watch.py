@@ -36,7 +36,7 @@ async def bus() -> AsyncIterator[RedisBus]:
 def connected(bus: RedisBus) -> int:
     """The bus's pooled connections now open (a cancelled blocking command closes its own)."""
     pool = bus._redis.connection_pool
-    every = [*pool._available_connections, *pool._in_use_connections]  # type: ignore[attr-defined]
+    every = [*pool._available_connections, *pool._in_use_connections]
     return sum(1 for c in every if c.is_connected)
 
 
@@ -55,7 +55,7 @@ async def test_many_runs_waiting_for_a_stop_hold_no_pooled_connection_and_their_
         run_ids = [f"r{round_}-{i}" for i in range(RUNS)]
         waits = [asyncio.create_task(bus.wait_cancel(r, timeout=LONG)) for r in run_ids]
         await armed(bus, run_ids)
-        assert len(pool._in_use_connections) == 0  # type: ignore[attr-defined]
+        assert len(pool._in_use_connections) == 0
         made = connected(bus)
         await bus.request_cancel(run_ids[0])
         assert await asyncio.wait_for(waits[0], LONG / 4) is True
@@ -74,7 +74,7 @@ async def test_a_stop_published_while_the_subscription_is_down_still_wakes_its_w
     watch = bus._cancel_watch
     admin = aioredis.Redis.from_url(REDIS_URL)
     try:
-        await admin.client_kill_filter(_id=watch.client_id)
+        await admin.client_kill_filter(_id=str(watch.client_id))
     finally:
         await admin.aclose()
 

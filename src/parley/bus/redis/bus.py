@@ -8,9 +8,9 @@ import redis.asyncio as aioredis
 
 from parley.bus.interface import BusLimits
 from parley.bus.redis.appends import AppendBatcher
-from parley.bus.redis.cancel_watch import CancelWatch
 from parley.bus.redis.budget import _BudgetOps
 from parley.bus.redis.cancel import _CancelOps
+from parley.bus.redis.cancel_watch import CancelWatch
 from parley.bus.redis.health import HEALTH_CHECK_SECONDS, checked_pool
 from parley.bus.redis.held import _HeldOps
 from parley.bus.redis.inputs import _InputOps

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from parley.bus.redis.cancel_watch import CancelWatch
-from parley.bus.redis.shared import _LuaScript, _ms, _RedisOps
+from parley.bus.redis.shared import _Arg, _LuaScript, _ms, _RedisOps
 
 # KEYS: cancel flag. ARGV: ttl ms, channel, run id.
 _REQUEST_CANCEL = """
@@ -29,7 +29,7 @@ class _CancelOps(_RedisOps):
 
     async def request_cancel(self, run_id: str) -> None:
         ttl_ms = _ms(self.limits.cancel_ttl_seconds)
-        args = [ttl_ms, self._cancel_channel(), run_id]
+        args: list[_Arg] = [ttl_ms, self._cancel_channel(), run_id]
         await self._request_cancel(keys=[self._run_key(run_id, "cancel")], args=args)
 
     async def cancel_requested(self, run_id: str) -> bool:

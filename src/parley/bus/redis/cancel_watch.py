@@ -144,7 +144,7 @@ class CancelWatch:
         finally:
             self.subscribed.clear()
             self.client_id = None
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
             await client.aclose()
 
     async def _heard(self, message: dict[str, object], client_id: int) -> None:
