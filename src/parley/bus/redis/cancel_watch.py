@@ -30,12 +30,11 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+
+from parley.bus.redis.dedicated import cancel_until_done, keep_stepping
 
 _PING_SECONDS = 5.0  # a quiet subscription is pinged this often
 _SILENT_SECONDS = 15.0  # ... and made again when nothing came back for this long
-_RETRY_MIN_SECONDS = 0.1
-_RETRY_MAX_SECONDS = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +92,7 @@ class CancelWatch:
     async def close(self) -> None:
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
-            while not task.done():  # (redis-py can swallow a cancellation as a read ends)
-                task.cancel()
-                await asyncio.wait({task}, timeout=0.1)
+        await cancel_until_done([task])
 
     def _follow(self) -> None:
         if self._closed or (self._task is not None and not self._task.done()):
@@ -107,19 +103,7 @@ class CancelWatch:
         )
 
     async def _run(self) -> None:
-        pause = _RETRY_MIN_SECONDS
-        while not self._closed:
-            try:
-                await self._listen()
-            except Exception as exc:
-                unexpected = not isinstance(exc, RedisError | OSError)
-                log.warning(
-                    "cancel watch: %s; subscribing again in %.1f s", exc, pause, exc_info=unexpected
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _RETRY_MAX_SECONDS)
-            else:
-                pause = _RETRY_MIN_SECONDS
+        await keep_stepping(self._listen, what="cancel watch", running=lambda: not self._closed)
 
     async def _listen(self) -> None:
         client = aioredis.Redis.from_url(

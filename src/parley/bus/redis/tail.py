@@ -33,10 +33,10 @@ from collections import deque
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from parley.bus.interface import EventKind, StreamEntry
+from parley.bus.redis.dedicated import cancel_until_done, keep_stepping
 from parley.bus.redis.packing import packed_in_c
 from parley.bus.redis.shared import _entry, _entry_id, _Id, _id_text, _streams
 from parley.deadlines import SharedDeadlines
@@ -47,8 +47,6 @@ _TAIL_COUNT = 512
 _IDLE_SECONDS = 30.0  # a watch nobody read for this long is dropped
 _DONE_IDLE_SECONDS = 5.0  # ... or this long once its ``done`` event was seen
 _PRUNE_EVERY_SECONDS = 1.0
-_RETRY_MIN_SECONDS = 0.1
-_RETRY_MAX_SECONDS = 2.0
 _UNBLOCK_ATTEMPTS = 100  # CLIENT UNBLOCKs per nudge at most
 _DEADLINE_GRAIN = 0.05  # seconds: a reader's wait times out up to this late
 _NUDGE_SPINS = 3000  # ~1 ms sleeps per nudge at most (the tail rebuilds every 2 s anyway)
@@ -220,13 +218,7 @@ class _StreamTail:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = {t for t in (self._task, self._nudger) if t is not None}
-        while tasks := {t for t in tasks if not t.done()}:
-            # again and again: on Python 3.11, redis-py's asyncio.wait_for around a socket
-            # write can swallow a cancellation that lands just as the write completes
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks, timeout=0.1)
+        await cancel_until_done([self._task, self._nudger])
         await self._disconnect()
 
     async def _nudge(self) -> None:
@@ -250,19 +242,12 @@ class _StreamTail:
             await asyncio.sleep(0.001)
 
     async def _run(self) -> None:
-        pause = _RETRY_MIN_SECONDS
-        while not self._closed:
-            try:
-                await self._step()
-                pause = _RETRY_MIN_SECONDS
-            except Exception as exc:
-                unexpected = not isinstance(exc, RedisError | OSError)
-                log.warning(
-                    "stream tail: %s; reconnecting in %.1f s", exc, pause, exc_info=unexpected
-                )
-                await self._disconnect()
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _RETRY_MAX_SECONDS)
+        await keep_stepping(
+            self._step,
+            what="stream tail",
+            running=lambda: not self._closed,
+            after_failure=self._disconnect,
+        )
 
     async def _step(self) -> None:
         now = time.monotonic()
