@@ -85,3 +85,14 @@ async def test_a_stop_published_while_the_subscription_is_down_still_wakes_its_w
     await bus.request_cancel("r1")  # published to nobody: the watch waits before it resubscribes
     assert await asyncio.wait_for(wait, LONG / 4) is True
     assert watch.subscribed.is_set()
+
+
+async def test_a_worker_of_the_previous_release_waiting_on_its_list_is_woken_by_a_stop(
+    bus: RedisBus,
+) -> None:
+    """During an upgrade the previous release's workers still ``BLPOP`` on the run's list."""
+    popped = bus._redis.blpop([bus._run_key("r1", "cancelq")], LONG)
+    previous: asyncio.Future[object] = asyncio.ensure_future(popped)
+    await asyncio.sleep(0.2)  # (not synchronisation: a pop made later finds the item anyway)
+    await bus.request_cancel("r1")
+    assert await asyncio.wait_for(previous, LONG / 4)
