@@ -18,9 +18,15 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 
+from sqlalchemy import event
+
+from parley.api.app import create_app
+from parley.config import Settings
+from parley.connections import bus_limits
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.engines.interface import ChatMessage
 from parley.services import Services
+from tests.builders import make_bus, served, services_for
 from tests.helpers import bearer, new_api_key
 from tests.runs.helpers import wait_run
 from tests.waiting import eventually
@@ -237,6 +243,49 @@ async def test_a_running_program_run_has_its_prompt_counted(
     assert run["status"] == "running"
     expected = engine.count_prompt_tokens(FAKE_MODEL, [ChatMessage(**m) for m in (SYSTEM, HELLO)])
     assert run["usage"]["prompt_tokens"] == expected
+
+
+async def test_a_program_run_made_in_an_api_process_is_counted_at_birth(
+    stack: tuple[str, str], run_settings: Settings
+) -> None:
+    """Split stack (an api process, a worker process): a program's run is made with its
+    prompt counted as the model's engine counts it, so it has it while queued, and the
+    worker that runs it stores nothing between its claim and its end (one UPDATE of the
+    run's prompt length in the worker: its end's)."""
+    bus = await make_bus(stack[1], bus_limits(run_settings))
+    api = services_for(run_settings, bus=bus)  # no engine, no worker: `parley api`
+    worker = services_for(run_settings, bus=bus, worker=True)
+    statements: list[str] = []
+    worker_engine = worker.db.engine.sync_engine
+    event.listen(worker_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    await api.start()
+    try:
+        async with served(create_app(api, close_services=False)) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                key = await new_api_key(client, "split@example.com")
+                body = {"model": FAKE_MODEL, "messages": [SYSTEM, HELLO], "stream": True}
+                async with client.stream(
+                    "POST", "/v1/chat/completions", json=body, headers=bearer(key)
+                ) as r:
+                    assert r.status_code == 200
+                    run_id = r.headers["x-parley-run-id"]
+                    queued = (await client.get(f"/api/runs/{run_id}", headers=bearer(key))).json()
+                    await worker.start()
+                    text = "".join([line async for line in r.aiter_lines()])
+                ended = await wait_run(client, bearer(key), run_id)
+    finally:
+        await worker.close(grace=1)
+        await api.close()
+    expected = FakeEngine().count_prompt_tokens(
+        FAKE_MODEL, [ChatMessage(**m) for m in (SYSTEM, HELLO)]
+    )
+    assert queued["status"] == "queued"
+    assert queued["usage"]["prompt_tokens"] == expected
+    assert "[DONE]" in text and ended["status"] == "completed"
+    assert ended["usage"]["prompt_tokens"] == expected
+    sets = [q.split(" WHERE ")[0] for q in statements if q.lstrip().startswith("UPDATE runs")]
+    stored = [q for q in sets if "prompt_tokens=" in q]
+    assert len(stored) == 1, stored
 
 
 async def test_store_keeps_the_conversation_as_a_chat(

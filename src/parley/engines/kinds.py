@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from parley.engines.fake import FAKE_MODEL
 from parley.engines.prompt_counts import (
     DEFAULT_UPSTREAM_WINDOW,
+    ESTIMATE,
     BuiltinFiles,
     PromptCount,
     WordCount,
@@ -82,6 +83,9 @@ class EngineDescriptor:
     slots: Callable[[ModelSettings, EngineSettings], int]
     # None: the prompt is estimated
     prompt_count: Callable[[ModelSettings, BuiltinFiles], PromptCount | None]
+    # how its engine counts a prompt (what a worker stores), given ``prompt_count``'s; None:
+    # not known without the engine
+    engine_count: Callable[[PromptCount | None], PromptCount | None]
     window: Callable[[ModelSettings, EngineSettings, BuiltinFiles], int]
 
 
@@ -145,6 +149,7 @@ BUILTIN = EngineDescriptor(
     build=lambda model, e, files: builtin_engine(e, name=model.name, files=files),
     slots=lambda model, e: e.builtin.max_running,
     prompt_count=lambda model, files: files.count(),
+    engine_count=lambda count: count,  # the same tokenizer and template
     window=lambda model, e, files: files.load().window,
 )
 
@@ -179,6 +184,7 @@ FAKE = EngineDescriptor(
     build=lambda model, e, files: fake_engine(e),
     slots=lambda model, e: e.fake.slots,
     prompt_count=lambda model, files: WordCount(),
+    engine_count=lambda count: count,
     window=lambda model, e, files: e.fake.context_window,
 )
 
@@ -203,6 +209,8 @@ OPENAI = EngineDescriptor(
     build=lambda model, e, files: upstream_router(model),
     slots=lambda model, e: sum(r.slots for r in model.replicas),
     prompt_count=lambda model, files: file_tokenizer_count(model),
+    engine_count=lambda count: ESTIMATE,  # until the server's usage says (a configured
+    # tokenizer counts the reservation only)
     window=lambda model, e, files: model.context_window or DEFAULT_UPSTREAM_WINDOW,
 )
 

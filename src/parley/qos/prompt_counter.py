@@ -53,9 +53,12 @@ class PromptCounter:
         counts: Mapping[str, PromptCount],
         *,
         windows: Mapping[str, int] | None = None,
+        engine_counts: Mapping[str, PromptCount] | None = None,
     ):
+        """``engine_counts``: per model, how its engine counts (``engine_prompt_tokens``)."""
         self._counts = dict(counts)
         self._windows = dict(windows or {})
+        self._engine_counts = dict(engine_counts or {})
 
     @classmethod
     def from_settings(
@@ -72,15 +75,18 @@ class PromptCounter:
         """
         counts: dict[str, PromptCount] = {}
         windows: dict[str, int] = {}
+        engine_counts: dict[str, PromptCount] = {}
         files = files or BuiltinFiles(engines.builtin.model)
         for model in model_settings(engines):
             kind = described(model.engine)
             count = kind.prompt_count(model, files)
             if count is not None:
                 counts[model.name] = count
+            if (engine_count := kind.engine_count(count)) is not None:
+                engine_counts[model.name] = engine_count
             windows[model.name] = kind.window(model, engines, files)
             log.info("prompts of model %s: %s", model.name, "counted" if count else "estimated")
-        return cls(counts, windows=windows)
+        return cls(counts, windows=windows, engine_counts=engine_counts)
 
     def _count(self, model: str) -> PromptCount:
         return self._counts.get(model, ESTIMATE)
@@ -100,6 +106,22 @@ class PromptCounter:
         if encodes and sum(len(m.content) for m in messages) > OFF_LOOP_CHARS:
             return await asyncio.to_thread(self.count, model, messages)
         return self.count(model, messages)
+
+    async def engine_prompt_tokens(
+        self, model: str, messages: list[ChatMessage], counted: int
+    ) -> int | None:
+        """The prompt's tokens as ``model``'s engine counts them (what a worker would store
+        for the run), given ``counted``, this counter's ``count_async`` of the same
+        messages; None where this process cannot tell (the built-in model's tokenizer not
+        at hand)."""
+        engine = self._engine_counts.get(model)
+        if engine is None:
+            return None
+        if engine is self._count(model):
+            return counted
+        if engine.encodes and sum(len(m.content) for m in messages) > OFF_LOOP_CHARS:
+            return await asyncio.to_thread(engine, messages)
+        return engine(messages)
 
     def count_texts(self, model: str, texts: list[str]) -> list[int]:
         """Each text's tokens on its own, without a template (a message's content)."""

@@ -49,6 +49,14 @@ class Costs:
             model=new.model, tier=new.tier, max_tokens=new.max_tokens, messages=messages
         )
 
+    async def engine_tokens(
+        self, new: NewRun, messages: list[ChatMessage], counted: int
+    ) -> int | None:
+        """A program's prompt as its model's engine counts it, given ``counted`` (what
+        ``check_program`` returned for the same messages); None if not known here."""
+        counter = await self.context.counter()
+        return await counter.engine_prompt_tokens(new.model, messages, counted)
+
     async def chat_tokens(self, new: NewRun) -> int:
         """The tokens of the prompt a chat's new run will send."""
         assert new.chat_id is not None

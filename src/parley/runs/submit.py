@@ -158,7 +158,9 @@ class Submitter:
         )
         new = self._kept(new, req.input) if req.store else new
         new = await self._kept_nowhere(new) if req.ephemeral else new
-        tokens = await self.costs.check_program(new, req.input.counted())  # before admission
+        counted = req.input.counted()
+        tokens = await self.costs.check_program(new, counted)  # before admission
+        new = await self._born_counted(new, req.input, counted, tokens)
         users = [m.content for m in req.input.messages if m.role == "user"]
         if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
             return earlier
@@ -168,6 +170,17 @@ class Submitter:
 
         serves = partial(self.rules.serves, given=req.input, sampling=req.sampling)
         return await self._admit(new, given, serves)
+
+    async def _born_counted(
+        self, new: new_runs.NewRun, given: RunInput, counted: list[ChatMessage], tokens: int
+    ) -> new_runs.NewRun:
+        """A program's run carries its prompt's length from birth where this process counts
+        it as the model's engine will (the same messages: no tools or calls counted apart),
+        so its worker stores nothing between its claim and its end."""
+        if new.input is None or counted != given.messages:  # a temporary chat's; tools
+            return new
+        at_birth = await self.costs.engine_tokens(new, counted, tokens)
+        return new if at_birth is None else replace(new, prompt_tokens=at_birth)
 
     async def _kept_nowhere(self, new: new_runs.NewRun) -> new_runs.NewRun:
         """A temporary chat's run: its conversation on the bus alone, for the worker to read
@@ -275,7 +288,7 @@ class Submitter:
     def _counted(self, new: new_runs.NewRun) -> new_runs.NewRun:
         """A program's run handed off carries its prompt's length from birth (as a claim
         would store it, for whoever ends the run to charge), and the worker writes none."""
-        if new.input is None or self._handoff is None:
+        if new.input is None or new.prompt_tokens is not None or self._handoff is None:
             return new  # a chat's prompt is its history, which the worker reads
         messages = RunInput.from_json(new.input).messages
         return replace(new, prompt_tokens=self._handoff.count_prompt_tokens(new.model, messages))
