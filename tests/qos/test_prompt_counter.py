@@ -26,7 +26,7 @@ from parley.engines.builtin.loader import default_model_path
 from parley.engines.estimate import CHARS_PER_TOKEN
 from parley.engines.fake import FAKE_MODEL, FakeEngine
 from parley.engines.interface import ChatMessage
-from parley.engines.kinds import DEFAULT_BUILTIN_MODEL, builtin_engine
+from parley.engines.kinds import DEFAULT_BUILTIN_MODEL, builtin_engine, upstream_router
 from parley.engines.prompt_counts import BuiltinFiles
 from parley.engines.sampling import SamplingParams
 from parley.engines.settings import EngineSettings
@@ -287,6 +287,15 @@ def test_one_counter_counts_every_configured_model(tiny_chat_model: Path, tmp_pa
         True,
         False,
     ]
+    # and how each model's engine counts (what a run made with its prompt counted stores):
+    # an openai model's engine estimates, its configured tokenizer counting reservations only
+    llama, _, _, hosted = settings.engines.models
+    engines = [upstream_router(llama), engine, FakeEngine(), upstream_router(hosted)]
+    for name, each in zip(("llama", "tiny", FAKE_MODEL, "hosted"), engines, strict=True):
+        at_birth = asyncio.run(
+            counter.engine_prompt_tokens(name, messages, counter.count(name, messages))
+        )
+        assert at_birth == each.count_prompt_tokens(name, messages), name
 
 
 IMPORTS = """
