@@ -220,9 +220,9 @@ class Worker:
     async def _claim(self, run_id: str) -> tuple[Run, Prompt] | None:
         """Take the run (None if another worker has it or it ended), then its prompt, whose
         length is stored with it, so whoever ends the run can charge it."""
-        async with self._db.transaction() as s:
+        async with self._db.alone() as conn:
             run = await run_records.claim(
-                s, run_id=run_id, worker_id=self.worker_id, lease=self.lease
+                conn, run_id=run_id, worker_id=self.worker_id, lease=self.lease
             )
         if run is None:
             return None

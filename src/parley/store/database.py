@@ -20,6 +20,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -89,6 +90,21 @@ class Database:
             self._lock = asyncio.Lock()
         async with self._lock, self._sessions() as session, session.begin():
             yield session
+
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one statement that is atomic by itself (a conditional UPDATE
+        returning its row), without the ORM: on Postgres in autocommit, so without the
+        BEGIN and COMMIT round trips of a transaction; on SQLite a transaction as any other
+        (its turn taken as ``transaction`` takes it)."""
+        if not self._serial:
+            async with self.engine.connect() as conn:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock, self.engine.begin() as conn:
+            yield conn
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:

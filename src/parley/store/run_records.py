@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import Update, bindparam, case, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Table, Update, bindparam, case, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.domain import (
     FinishReason,
@@ -112,24 +113,31 @@ async def take_reservation(s: AsyncSession, *, run_id: str) -> int | None:
     return held if getattr(result, "rowcount", 0) else None
 
 
-async def claim(s: AsyncSession, *, run_id: str, worker_id: str, lease: timedelta) -> Run | None:
+async def claim(
+    conn: AsyncSession | AsyncConnection, *, run_id: str, worker_id: str, lease: timedelta
+) -> Run | None:
     """queued → running under this worker's lease; None if someone else has it or it ended.
-    One statement: the conditional UPDATE returns the claimed row."""
+    One statement, the conditional UPDATE returning the claimed row, built once and run
+    without the ORM (``Database.alone``); the run comes back detached."""
     now = utcnow()
-    claimed: Run | None = await s.scalar(
-        update(Run)
-        .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
-        .values(
-            status=RunStatus.RUNNING,
-            worker_id=worker_id,
-            lease_expires_at=now + lease,
-            started_at=now,
-            attempts=Run.attempts + 1,
-        )
-        .returning(Run),
-        execution_options={"populate_existing": True},
+    params = {"p_id": run_id, "p_worker": worker_id, "p_lease": now + lease, "p_now": now}
+    row = (await conn.execute(_CLAIM, params)).first()
+    return None if row is None else Run(**row._mapping)
+
+
+_RUNS = cast(Table, Run.__table__)
+_CLAIM = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("p_id"), _RUNS.c.status == RunStatus.QUEUED)
+    .values(
+        status=RunStatus.RUNNING,
+        worker_id=bindparam("p_worker"),
+        lease_expires_at=bindparam("p_lease", type_=_RUNS.c.lease_expires_at.type),
+        started_at=bindparam("p_now", type_=_RUNS.c.started_at.type),
+        attempts=_RUNS.c.attempts + 1,
     )
-    return claimed
+    .returning(*_RUNS.c)
+)
 
 
 async def set_prompt_tokens(
