@@ -256,11 +256,11 @@ async def finish(
         "p_now": now,
         **_ended(outcome, now),
     }
-    run: Run | None = await s.scalar(
-        _finishing(worker_id is not None, lease_expired), params, execution_options=_RETURNED
-    )
-    if run is None:
+    await s.flush()  # (a run made in this transaction is written before the Core UPDATE)
+    row = (await s.execute(_finishing(worker_id is not None, lease_expired), params)).first()
+    if row is None:
         return None
+    run = Run(**row._mapping)  # detached: the ORM's copy in ``s``, if any, is left as it was
     await _store_message(s, run, outcome, now)
     if run.source is RunSource.SUMMARY:  # a fold without a summary lets go (else: landing)
         await summaries.ended(s, run, outcome.content)
@@ -270,29 +270,29 @@ async def finish(
 # the hot path's statements, built once (building and keying them cost more than SQLite's
 # own work); what varies is bound at each execution
 _RESERVED = select(Run.reserved_tokens).where(Run.id == bindparam("p_id")).with_for_update()
-_RETURNED = {"populate_existing": True, "synchronize_session": False}
 
 
 @functools.cache
 def _finishing(by_worker: bool, lease_expired: bool) -> Update:
     """The guarded UPDATE to a terminal state: from ``p_from``; held by ``p_worker``
     (``by_worker``); with its lease lapsed before ``p_now`` (``lease_expired``)."""
-    conditions = [Run.id == bindparam("p_id"), Run.status == bindparam("p_from")]
+    c = _RUNS.c
+    conditions = [c.id == bindparam("p_id"), c.status == bindparam("p_from", type_=c.status.type)]
     if by_worker:
-        conditions.append(Run.worker_id == bindparam("p_worker"))
+        conditions.append(c.worker_id == bindparam("p_worker"))
     if lease_expired:
-        conditions.append(Run.lease_expires_at < bindparam("p_now"))
-    kept = bindparam("p_content", type_=Run.output.type)
+        conditions.append(c.lease_expires_at < bindparam("p_now", type_=c.lease_expires_at.type))
+    kept = bindparam("p_content", type_=c.output.type)
     return (
-        update(Run)
+        update(_RUNS)
         .where(*conditions)
         .values(
             reserved_tokens=None,
-            output=case((Run.assistant_message_id.is_(None), kept), else_=None),
+            output=case((c.assistant_message_id.is_(None), kept), else_=None),
             lease_expires_at=None,
-            **{c: bindparam(f"p_{c}", type_=Run.__table__.c[c].type) for c in _ENDED_COLUMNS},
+            **{name: bindparam(f"p_{name}", type_=c[name].type) for name in _ENDED_COLUMNS},
         )
-        .returning(Run)
+        .returning(*c)
     )
 
 
