@@ -4,6 +4,7 @@ in-process bus, and Postgres with Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -286,6 +287,25 @@ async def test_a_program_run_made_in_an_api_process_is_counted_at_birth(
     sets = [q.split(" WHERE ")[0] for q in statements if q.lstrip().startswith("UPDATE runs")]
     stored = [q for q in sets if "prompt_tokens=" in q]
     assert len(stored) == 1, stored
+
+
+async def test_concurrent_completions_with_one_key_make_one_run(
+    run_client: httpx.AsyncClient, api_key: str, run_services: Services
+) -> None:
+    """A program's run is written in one statement of its own: two requests with one key
+    racing to write it still make one run, the loser answered with the winner's."""
+    headers = {**bearer(api_key), "Idempotency-Key": "key-1"}
+    body = {"model": FAKE_MODEL, "messages": [SYSTEM, HELLO]}
+    url = "/v1/chat/completions"
+    responses = await asyncio.gather(
+        *(run_client.post(url, json=body, headers=headers) for _ in range(6))
+    )  # (a user holds at most 8 streams at once)
+    assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses][:1]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert len({r.headers["x-parley-run-id"] for r in responses}) == 1
+    engine = run_services.engine
+    assert isinstance(engine, FakeEngine)
+    assert engine.started == 1
 
 
 async def test_store_keeps_the_conversation_as_a_chat(

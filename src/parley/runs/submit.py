@@ -342,11 +342,7 @@ class Submitter:
         """The new run (True), or the run that won a same-key race (False)."""
         for _ in range(2):
             try:
-                async with self._db.transaction() as s:
-                    if new.chat_id is not None:
-                        chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
-                        new = rules.placed(new, chat)
-                    return await new_runs.create_run(s, new), True
+                return await self._made(new), True
             except new_runs.DuplicateIdempotencyKey:
                 existing = await self._existing(new)
                 if existing is not None:
@@ -356,6 +352,18 @@ class Submitter:
                 async with self._db.transaction() as s:
                     await run_records.forget_idempotency_keys(s, before=before)
         raise AssertionError("idempotency key conflict did not resolve")
+
+    async def _made(self, new: new_runs.NewRun) -> Run:
+        """The run written: a program's that opens no chat in one statement on its own, any
+        other in a transaction with its messages (and its chat)."""
+        if new.chat_id is None and new.new_chat is None:
+            async with self._db.alone() as conn:
+                return await new_runs.create_program_run(conn, new)
+        async with self._db.transaction() as s:
+            if new.chat_id is not None:
+                chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
+                new = rules.placed(new, chat)
+            return await new_runs.create_run(s, new)
 
     async def _enqueue(self, run: Run) -> Run:
         await self._bus.append(run.id, made_event(run))

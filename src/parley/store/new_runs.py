@@ -11,7 +11,7 @@ from typing import cast
 
 from sqlalchemy import Table, insert
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.domain import MessageRole, MessageStatus, RunSource, RunStatus, new_id, utcnow
 from parley.engines.sampling import SamplingParams
@@ -80,13 +80,34 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
     """The queued run, in the caller's transaction; for a chat's run, with the user message
     and the assistant placeholder it writes."""
     now = utcnow()
-    run_id = new.run_id
     if new.new_chat is not None:
         new = replace(new, chat_id=await _open_chat(s, new, new.new_chat, now))
     user_msg_id, assistant_id = await _messages(s, new, now)
-    values: dict[str, object] = {
+    return await _insert(s, _row(new, now, user_msg_id, assistant_id))
+
+
+async def create_program_run(conn: AsyncConnection, new: NewRun) -> Run:
+    """A program's run that opens no chat (nothing but its row to write): one INSERT, on
+    its own (``Database.alone``)."""
+    assert new.chat_id is None and new.new_chat is None
+    return await _insert(conn, _row(new, utcnow(), None, None))
+
+
+async def _insert(conn: AsyncSession | AsyncConnection, values: dict[str, object]) -> Run:
+    try:  # one INSERT built once (the ORM's unit of work cost more than SQLite's own work)
+        await conn.execute(_INSERT, values)
+    except IntegrityError as e:  # the only unique key a new run can collide on
+        raise DuplicateIdempotencyKey from e
+    return Run(**values)
+
+
+def _row(
+    new: NewRun, now: datetime, user_msg_id: str | None, assistant_id: str | None
+) -> dict[str, object]:
+    """The new run's row, every column given (so that the row and the Run returned agree)."""
+    return {
         **_NOTHING_YET,
-        "id": run_id,
+        "id": new.run_id,
         "user_id": new.user_id,
         "chat_id": new.chat_id,
         "user_message_id": user_msg_id,
@@ -111,11 +132,6 @@ async def create_run(s: AsyncSession, new: NewRun) -> Run:
         "tools": _tools(new),
         "created_at": now,
     }
-    try:  # one INSERT built once (the ORM's unit of work cost more than SQLite's own work)
-        await s.execute(_INSERT, values)
-    except IntegrityError as e:  # the only unique key a new run can collide on
-        raise DuplicateIdempotencyKey from e
-    return Run(**values)
 
 
 def _tools(new: NewRun) -> str | None:
