@@ -18,7 +18,6 @@ from openai.types.chat import (
     ChatCompletionSystemMessageParam,
     ChatCompletionUserMessageParam,
 )
-
 from sqlalchemy import event
 
 from parley.api.app import create_app
@@ -261,19 +260,21 @@ async def test_a_program_run_made_in_an_api_process_is_counted_at_birth(
     event.listen(worker_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     await api.start()
     try:
-        async with served(create_app(api, close_services=False)) as base:
-            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-                key = await new_api_key(client, "split@example.com")
-                body = {"model": FAKE_MODEL, "messages": [SYSTEM, HELLO], "stream": True}
-                async with client.stream(
-                    "POST", "/v1/chat/completions", json=body, headers=bearer(key)
-                ) as r:
-                    assert r.status_code == 200
-                    run_id = r.headers["x-parley-run-id"]
-                    queued = (await client.get(f"/api/runs/{run_id}", headers=bearer(key))).json()
-                    await worker.start()
-                    text = "".join([line async for line in r.aiter_lines()])
-                ended = await wait_run(client, bearer(key), run_id)
+        async with (
+            served(create_app(api, close_services=False)) as base,
+            httpx.AsyncClient(base_url=base, timeout=30) as client,
+        ):
+            key = await new_api_key(client, "split@example.com")
+            body = {"model": FAKE_MODEL, "messages": [SYSTEM, HELLO], "stream": True}
+            async with client.stream(
+                "POST", "/v1/chat/completions", json=body, headers=bearer(key)
+            ) as r:
+                assert r.status_code == 200
+                run_id = r.headers["x-parley-run-id"]
+                queued = (await client.get(f"/api/runs/{run_id}", headers=bearer(key))).json()
+                await worker.start()
+                text = "".join([line async for line in r.aiter_lines()])
+            ended = await wait_run(client, bearer(key), run_id)
     finally:
         await worker.close(grace=1)
         await api.close()

@@ -15,7 +15,7 @@ from parley.engines.fake import FakeEngine
 from parley.runs.finisher import Guard
 from parley.services import Services
 from parley.store import run_records
-from parley.store.run_records import Outcome
+from parley.store.run_ends import Outcome
 from parley.store.schema import Run
 from tests.runs.helpers import new_chat, send_json, wait_run
 from tests.sse import collect

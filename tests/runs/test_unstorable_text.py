@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy.exc import DataError
 
-from parley.store import run_records
+from parley.store import run_ends
 from tests.runs.helpers import new_chat, send_json, stored_message, wait_run
 from tests.sse import collect, text_of
 
@@ -48,7 +48,7 @@ async def test_a_nul_or_lone_surrogate_in_the_answer_is_dropped_from_stream_and_
 async def test_an_end_the_database_refuses_still_ends_the_run_failed(
     run_client: httpx.AsyncClient, auth: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = run_records.finish
+    store = run_ends.finish
     refused: list[str] = []
 
     async def refusing(*args: Any, **kw: Any) -> Any:
@@ -57,7 +57,7 @@ async def test_an_end_the_database_refuses_still_ends_the_run_failed(
             raise DataError("UPDATE messages", {}, ValueError("a value it cannot keep"))
         return await store(*args, **kw)
 
-    monkeypatch.setattr(run_records, "finish", refusing)
+    monkeypatch.setattr(run_ends, "finish", refusing)
     chat_id = await new_chat(run_client, auth)
     sent = await send_json(run_client, auth, chat_id, "hi")
     run = await wait_run(run_client, auth, sent["run_id"])

@@ -24,7 +24,7 @@ from parley.portability.document import (
     export_json,
 )
 from parley.portability.reader import read_import
-from parley.store import chats, run_records, users
+from parley.store import chats, run_ends, users
 from parley.store.database import Database
 from parley.store.exports import export_rows
 from parley.store.imports import import_chats
@@ -99,11 +99,11 @@ async def a_run(db: Database, user_id: str, chat_id: str, content: str, answer: 
     )
     async with db.transaction() as s:
         run = await create_run(s, new)
-    outcome = run_records.Outcome(
+    outcome = run_ends.Outcome(
         status=RunStatus.COMPLETED, content=answer, prompt_tokens=5, completion_tokens=7
     )
     async with db.transaction() as s:
-        await run_records.finish(s, run_id=run.id, outcome=outcome, from_status=RunStatus.QUEUED)
+        await run_ends.finish(s, run_id=run.id, outcome=outcome, from_status=RunStatus.QUEUED)
     return run.id
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from parley.domain import MessageRole, MessageStatus, RunStatus
 from parley.engines.tools import ToolCall
-from parley.store import chats, run_records
+from parley.store import chats, run_ends
 from parley.store.database import Database
 from parley.store.migrate import current_revision, upgrade
 from parley.store.new_runs import create_run
@@ -51,9 +51,9 @@ async def test_the_parts_migration_goes_down_and_up_and_loses_nothing_else(db: D
     async with db.transaction() as s:
         run = await create_run(s, new_run(user, chat, "Where do herons nest?"))
     called = MessageParts("they nest in trees", (ToolCall("call_1", "look", '{"q":"heron"}'),))
-    outcome = run_records.Outcome(status=RunStatus.COMPLETED, content="In trees.", parts=called)
+    outcome = run_ends.Outcome(status=RunStatus.COMPLETED, content="In trees.", parts=called)
     async with db.transaction() as s:
-        assert await run_records.finish(
+        assert await run_ends.finish(
             s, run_id=run.id, outcome=outcome, from_status=RunStatus.QUEUED
         )
     await say(db, user, chat, (TOOL, MessageStatus.COMPLETED, "heron result"))

@@ -23,7 +23,7 @@ from parley.runs.finisher import Guard
 from parley.services import Services
 from parley.store.database import Database
 from parley.store.routing import Reads
-from parley.store.run_records import Outcome
+from parley.store.run_ends import Outcome
 from tests.builders import BACKENDS, ROOMY_TIERS, services_for, truncate
 from tests.helpers import user_headers
 from tests.processes import free_port

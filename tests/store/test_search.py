@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from parley.domain import MessageRole, MessageStatus, RunStatus, utcnow
 from parley.engines.fake import FAKE_MODEL
 from parley.engines.sampling import SamplingParams
-from parley.store import chats, run_records, users
+from parley.store import chats, run_ends, users
 from parley.store.database import Database
 from parley.store.migrate import alembic_config, current_revision, upgrade
 from parley.store.new_runs import NewRun, create_run
@@ -203,11 +203,11 @@ async def test_an_answer_is_searchable_once_it_ends(db: Database) -> None:
         run = await create_run(s, new_run(user, chat, "Where is the spice island?"))
     assert await search(db, user, chat, "Zanzibar") == []
     answer = "Zanzibar, off the coast of Tanzania."
-    outcome = run_records.Outcome(
+    outcome = run_ends.Outcome(
         status=RunStatus.COMPLETED, content=answer, prompt_tokens=5, completion_tokens=7
     )
     async with db.transaction() as s:
-        finished = await run_records.finish(
+        finished = await run_ends.finish(
             s, run_id=run.id, outcome=outcome, from_status=RunStatus.QUEUED
         )
     assert finished is not None

@@ -7,11 +7,11 @@ from parley.accounts.principal import Principal
 from parley.bus.interface import Bus
 from parley.domain import FinishReason, RunStatus
 from parley.runs.finisher import Finisher, Guard
-from parley.store import run_records
+from parley.store import run_ends, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
-_CANCELLED = run_records.Outcome(status=RunStatus.CANCELLED, finish_reason=FinishReason.CANCELLED)
+_CANCELLED = run_ends.Outcome(status=RunStatus.CANCELLED, finish_reason=FinishReason.CANCELLED)
 
 
 async def cancel(

@@ -34,10 +34,10 @@ from parley.outages import OUTAGE_EXCEPTIONS, outage
 from parley.qos.admission import Admission
 from parley.qos.budget import Budget
 from parley.runs.events import done_event, error_event
-from parley.store import run_records
+from parley.store import run_ends
 from parley.store.database import Database
 from parley.store.routing import Reads
-from parley.store.run_records import Outcome
+from parley.store.run_ends import Outcome
 from parley.store.schema import Run
 from parley.text import storable
 
@@ -84,16 +84,20 @@ class Finisher:
     def listen(self, listener: EndListener) -> None:
         self._listeners.append(listener)
 
-    async def finish_retrying(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+    async def finish_retrying(
+        self, run_id: str, outcome: Outcome, guard: Guard, *, alone: bool = False
+    ) -> Run | None:
         """``finish``, retried while the database (or the bus, for the budget's reservation
         read in the same step) cannot be reached (an outage, as ``outages.outage`` judges;
         any other error is raised at once): a worker that generated an answer through
         a database outage stores it once the database is back, with backoff up to
-        ``RETRY_CAP_SECONDS`` between attempts, for as long as the worker lives."""
+        ``RETRY_CAP_SECONDS`` between attempts, for as long as the worker lives.
+        ``alone``: by ``finish_alone``."""
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
-                return await self.finish(run_id, outcome, guard)
+                end = self.finish_alone if alone else self.finish
+                return await end(run_id, outcome, guard)
             except OUTAGE_EXCEPTIONS as e:
                 if outage(e) is None:  # a fault of the write itself: retrying cannot help
                     raise
@@ -137,6 +141,20 @@ class Finisher:
             ended = await self._store(s, run_id, outcome, guard)
         return None if ended is None else await self._after(ended, outcome)
 
+    async def finish_alone(self, run_id: str, outcome: Outcome, guard: Guard) -> Run | None:
+        """``finish`` for a run with nothing but its own row to write (no assistant
+        message, not a fold), held by a worker: one statement on its own."""
+        assert not guard.lease_expired
+        async with self._db.alone() as conn:
+            ended = await run_ends.finish_alone(
+                conn,
+                run_id=run_id,
+                outcome=replace(outcome, content=storable(outcome.content)),
+                from_status=guard.from_status,
+                worker_id=guard.worker_id,
+            )
+        return None if ended is None else await self._after(ended, outcome)
+
     async def made_ended(self, make: Make, outcome: Outcome) -> Run:
         """A run made and ended in one transaction (a prompt the content policy refuses):
         never, not for a moment, queued where a sweeper could pick it up."""
@@ -148,8 +166,8 @@ class Finisher:
 
     async def _store(
         self, s: AsyncSession, run_id: str, outcome: Outcome, guard: Guard
-    ) -> run_records.Finished | None:
-        return await run_records.finish(
+    ) -> run_ends.Finished | None:
+        return await run_ends.finish(
             s,
             run_id=run_id,
             outcome=replace(outcome, content=storable(outcome.content)),
@@ -158,7 +176,7 @@ class Finisher:
             lease_expired=guard.lease_expired,
         )
 
-    async def _after(self, ended: run_records.Finished, outcome: Outcome) -> Run:
+    async def _after(self, ended: run_ends.Finished, outcome: Outcome) -> Run:
         """Steps 2 to 5, once the end is stored."""
         if self._reads is not None:  # the user's reads see the end before its `done`
             await self._reads.wrote(ended.run.user_id)

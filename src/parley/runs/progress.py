@@ -13,7 +13,7 @@ from parley.outages import outage
 from parley.runs.events import delta_events, status_event
 from parley.runs.moderated import OutputRefused
 from parley.store.parts import MessageParts, ToolStep
-from parley.store.run_records import Outcome
+from parley.store.run_ends import Outcome
 from parley.store.schema import Run
 from parley.text import storable
 

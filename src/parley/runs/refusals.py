@@ -28,7 +28,7 @@ from parley.safety.interface import Stage
 from parley.safety.moderator import Moderator, Ruling
 from parley.store import chats, new_runs
 from parley.store.database import Database
-from parley.store.run_records import Outcome
+from parley.store.run_ends import Outcome
 from parley.store.schema import Run
 
 log = logging.getLogger(__name__)

@@ -134,13 +134,33 @@ class Submitter:
     ) -> Run:
         """A program's run (``/v1``): its own messages, no chat; else as ``submit``."""
         _confirmed(who)
+        new = self._program_run(who, req, idempotency_key)
+        new = self._kept(new, req.input) if req.store else new
+        new = await self._kept_nowhere(new) if req.ephemeral else new
+        counted = req.input.counted()
+        tokens = await self.costs.check_program(new, counted)  # before admission
+        new = await self._born_counted(new, req.input, counted, tokens)
+        users = [m.content for m in req.input.messages if m.role == "user"]
+        if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
+            return earlier
+
+        async def given(_: new_runs.NewRun) -> int:
+            return tokens
+
+        serves = partial(self.rules.serves, given=req.input, sampling=req.sampling)
+        return await self._admit(new, given, serves)
+
+    def _program_run(
+        self, who: Principal, req: ProgramRequest, idempotency_key: str | None
+    ) -> new_runs.NewRun:
+        """The run a program's request asks for, its messages, model and engine checked."""
         tier = self._qos.tier(who.tier)
         for i, message in enumerate(req.input.messages):
             self.rules.check_length(message.content, f"messages[{i}].content")
         encoded = req.input.to_json()
         model = self.rules.check_model(who.tier, tier, req.model, who)
         self.rules.check_engine(model, req.input, req.sampling)
-        new = new_runs.NewRun(
+        return new_runs.NewRun(
             user_id=who.user_id,
             chat_id=None,
             content="",
@@ -156,20 +176,6 @@ class Submitter:
             api_key_id=who.key_id,
             traceparent=tracing.traceparent(),  # the worker's run.execute continues this trace
         )
-        new = self._kept(new, req.input) if req.store else new
-        new = await self._kept_nowhere(new) if req.ephemeral else new
-        counted = req.input.counted()
-        tokens = await self.costs.check_program(new, counted)  # before admission
-        new = await self._born_counted(new, req.input, counted, tokens)
-        users = [m.content for m in req.input.messages if m.role == "user"]
-        if (earlier := await self._moderate(new, "\n\n".join(users))) is not None:
-            return earlier
-
-        async def given(_: new_runs.NewRun) -> int:
-            return tokens
-
-        serves = partial(self.rules.serves, given=req.input, sampling=req.sampling)
-        return await self._admit(new, given, serves)
 
     async def _born_counted(
         self, new: new_runs.NewRun, given: RunInput, counted: list[ChatMessage], tokens: int

@@ -37,7 +37,7 @@ from parley.qos.admission import Admission
 from parley.runs.events import DeltaEvent, decode, status_event
 from parley.runs.finisher import Finisher, Guard
 from parley.runs.settings import RunSettings
-from parley.store import run_records
+from parley.store import run_ends, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 from parley.tiers import TierSettings
@@ -113,7 +113,7 @@ class Sweeper:
                     s, tier=name, sent_before=now - timedelta(seconds=limit)
                 )
             for run in overdue:
-                outcome = run_records.Outcome(
+                outcome = run_ends.Outcome(
                     status=RunStatus.REJECTED,
                     error_code=QUEUE_WAIT_EXCEEDED,
                     error_message=f"the service is busy: the run waited over {limit:g} s in "
@@ -145,7 +145,7 @@ class Sweeper:
                     await self._bus.enqueue(QueuedRun(run.id, run.priority))
             return
         text, tokens = partial or ("", 0)
-        outcome = run_records.Outcome(
+        outcome = run_ends.Outcome(
             status=RunStatus.FAILED,
             content=text,
             prompt_tokens=run.prompt_tokens,

@@ -21,7 +21,7 @@ from functools import partial
 
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
-from parley.domain import BACKGROUND_PRIORITY, RunStatus, new_id
+from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import capacity_offers
 from parley.engines.settings import EngineSettings
@@ -266,7 +266,8 @@ class Worker:
         outcome = progress.outcome(run.prompt_tokens)
         self._finishing[run.id] = run  # its lease is renewed while the end is retried
         try:
-            ended = await self._finisher.finish_retrying(run.id, outcome, guard)
+            alone = run.assistant_message_id is None and run.source is not RunSource.SUMMARY
+            ended = await self._finisher.finish_retrying(run.id, outcome, guard, alone=alone)
         finally:
             self._finishing.pop(run.id, None)
         if ended is None:

@@ -1,4 +1,4 @@
-"""Queries on runs: create with their messages, claim with a lease, finish, recover.
+"""Queries on runs: find, claim with a lease, renew, recover (how one ends: ``run_ends``).
 
 State changes are conditional UPDATEs (``WHERE status = …``), so the api, the
 workers and the sweepers can race on a run and exactly one of them wins.
@@ -6,26 +6,19 @@ workers and the sweepers can race on a run and exactly one of them wins.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, Update, bindparam, case, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.domain import (
-    FinishReason,
-    MessageStatus,
-    RunSource,
     RunStatus,
     in_prompt,
     is_id,
     utcnow,
 )
 from parley.errors import NotFound, no_such
-from parley.store import summaries
-from parley.store.parts import MessageParts
 from parley.store.schema import Message, Run
 
 HISTORY_LIMIT = 200
@@ -194,153 +187,6 @@ async def history(s: AsyncSession, run: Run) -> list[Message]:
         path.append(at)
         at = by_id.get(at.parent_id) if at.parent_id is not None else None
     return [m for m in path if in_prompt(m.role, m.status, m.content)][::-1]
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """A run that just reached its terminal state, and the budget reservation it gave up
-    (to be settled by the caller, once, after the commit; None if it held none)."""
-
-    run: Run
-    reserved_tokens: int | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """How a run ends: built by keywords, as every field of it is easily mistaken for the
-    next."""
-
-    status: RunStatus
-    content: str = ""
-    prompt_tokens: int | None = None
-    completion_tokens: int = 0
-    finish_reason: FinishReason | None = None
-    error_code: str | None = None
-    error_message: str | None = None
-    cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache
-    parts: MessageParts = field(default_factory=MessageParts)  # reasoning, tool calls
-
-
-_MESSAGE_STATUS = {
-    RunStatus.COMPLETED: MessageStatus.COMPLETED,
-    RunStatus.CANCELLED: MessageStatus.CANCELLED,
-    RunStatus.FAILED: MessageStatus.FAILED,
-    RunStatus.REJECTED: MessageStatus.REJECTED,
-}
-
-
-async def finish(
-    s: AsyncSession,
-    *,
-    run_id: str,
-    outcome: Outcome,
-    from_status: RunStatus,
-    worker_id: str | None = None,
-    lease_expired: bool = False,
-) -> Finished | None:
-    """Move a run from ``from_status`` to its terminal state with its message, and take its
-    budget reservation, in the caller's transaction; None if someone else moved it.
-
-    ``worker_id``: only if that worker still holds it; ``lease_expired``: only if its lease
-    has lapsed (the sweeper's guard against a worker that just renewed).
-    """
-    assert outcome.status.is_terminal
-    now = utcnow()
-    # the reservation as it stands, the row locked (Postgres) until this transaction ends;
-    # the guarded UPDATE then clears it, so whoever's update wins takes it, once
-    reserved = await s.scalar(_RESERVED, {"p_id": run_id})
-    params = {
-        "p_id": run_id,
-        "p_from": from_status,
-        "p_worker": worker_id,
-        "p_now": now,
-        **_ended(outcome, now),
-    }
-    await s.flush()  # (a run made in this transaction is written before the Core UPDATE)
-    row = (await s.execute(_finishing(worker_id is not None, lease_expired), params)).first()
-    if row is None:
-        return None
-    run = Run(**row._mapping)  # detached: the ORM's copy in ``s``, if any, is left as it was
-    await _store_message(s, run, outcome, now)
-    if run.source is RunSource.SUMMARY:  # a fold without a summary lets go (else: landing)
-        await summaries.ended(s, run, outcome.content)
-    return Finished(run, reserved)
-
-
-# the hot path's statements, built once (building and keying them cost more than SQLite's
-# own work); what varies is bound at each execution
-_RESERVED = select(Run.reserved_tokens).where(Run.id == bindparam("p_id")).with_for_update()
-
-
-@functools.cache
-def _finishing(by_worker: bool, lease_expired: bool) -> Update:
-    """The guarded UPDATE to a terminal state: from ``p_from``; held by ``p_worker``
-    (``by_worker``); with its lease lapsed before ``p_now`` (``lease_expired``)."""
-    c = _RUNS.c
-    conditions = [c.id == bindparam("p_id"), c.status == bindparam("p_from", type_=c.status.type)]
-    if by_worker:
-        conditions.append(c.worker_id == bindparam("p_worker"))
-    if lease_expired:
-        conditions.append(c.lease_expires_at < bindparam("p_now", type_=c.lease_expires_at.type))
-    kept = bindparam("p_content", type_=c.output.type)
-    return (
-        update(_RUNS)
-        .where(*conditions)
-        .values(
-            reserved_tokens=None,
-            output=case((c.assistant_message_id.is_(None), kept), else_=None),
-            lease_expires_at=None,
-            **{name: bindparam(f"p_{name}", type_=c[name].type) for name in _ENDED_COLUMNS},
-        )
-        .returning(*c)
-    )
-
-
-_ENDED_COLUMNS = (
-    "status",
-    "prompt_tokens",
-    "completion_tokens",
-    "finish_reason",
-    "error_code",
-    "error_message",
-    "finished_at",
-    "cached_tokens",
-)
-
-
-async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datetime) -> None:
-    """The answer goes to the run's assistant message (the run row kept it when it has
-    none: ``_ended``)."""
-    if run.assistant_message_id is None:
-        return
-    await s.execute(
-        update(Message)
-        .where(Message.id == run.assistant_message_id)
-        .values(
-            content=outcome.content,
-            parts=outcome.parts.to_json(),
-            status=_MESSAGE_STATUS[outcome.status],
-            token_count=outcome.completion_tokens,
-            updated_at=now,
-        )
-    )
-
-
-def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
-    """The bound values of ``_finishing``: the run's columns once it ended with
-    ``outcome``; its answer (``p_content``) kept on the row when it has no assistant
-    message to hold it."""
-    return {
-        "p_content": outcome.content,
-        "p_status": outcome.status,
-        "p_prompt_tokens": outcome.prompt_tokens,
-        "p_completion_tokens": outcome.completion_tokens,
-        "p_finish_reason": outcome.finish_reason,
-        "p_error_code": outcome.error_code,
-        "p_error_message": outcome.error_message,
-        "p_finished_at": now,
-        "p_cached_tokens": outcome.cached_tokens,
-    }
 
 
 async def requeue(s: AsyncSession, *, run_id: str) -> Run | None:
