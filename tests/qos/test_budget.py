@@ -4,17 +4,22 @@ reserves the estimate, the run's end settles it to the actual usage, once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from parley.domain import RunStatus
 from parley.engines.fake import FakeEngine
 from parley.runs.events import delta_event
 from parley.services import Services
+from parley.store import run_ends
 from parley.store import run_records as run_store
+from parley.store.schema import Run
 from tests.helpers import assert_error
 from tests.runs.helpers import JSON, new_chat, send_json, stored_message
 from tests.sse import Event, collect
@@ -296,3 +301,73 @@ async def test_a_run_dearer_than_the_whole_budget_is_admitted_on_a_full_one(
     assert (await budget(run_client, auth))["remaining_tokens"] == 0  # capped at the capacity
     used = (await follow(run_client, auth, accepted["run_id"])).data["usage"]["total_tokens"]
     assert (await budget(run_client, auth))["remaining_tokens"] == 100 - used
+
+
+async def _program_key(client: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, str]:
+    r = await client.post("/api/keys", json={"name": "script"}, headers=auth)
+    assert r.status_code == 201, r.text
+    return {"Authorization": f"Bearer {r.json()['key']}"}
+
+
+@pytest.mark.parametrize("run_overrides", [tier(10_000)])
+async def test_a_programs_answer_is_settled_to_what_it_used(
+    run_client: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """A ``/v1`` run ends in one statement of its own (``finish_alone``): the reservation
+    it held still comes back with its end and is settled to the tokens used, once."""
+    key = await _program_key(run_client, auth)
+    body = {"model": "parley-fake", "messages": [{"role": "user", "content": "hi"}]}
+    for n in (1, 2):
+        r = await run_client.post(
+            "/v1/chat/completions", json={**body, "max_tokens": 50}, headers=key
+        )
+        assert r.status_code == 200, r.text
+        used = r.json()["usage"]["total_tokens"]
+        assert (await budget(run_client, auth))["remaining_tokens"] == 10_000 - n * used
+
+
+@pytest.mark.parametrize("run_overrides", [tier(10_000)])
+async def test_a_programs_end_and_a_reservation_taken_meanwhile_get_it_once(
+    run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
+) -> None:
+    """A worker's one-statement end (the row locked in a sub-select) racing with others
+    taking the run's reservation: exactly one of them gets it, and the end happens once."""
+    worker = run_services.worker
+    assert worker is not None
+    await worker.stop(grace=0)  # the run stays queued, holding its reservation
+    key = await _program_key(run_client, auth)
+    body = {"model": "parley-fake", "messages": [{"role": "user", "content": "hold"}]}
+    sent = asyncio.create_task(
+        run_client.post("/v1/chat/completions", json={**body, "max_tokens": 100}, headers=key)
+    )
+    run_id = await eventually(lambda: _queued_run(run_services), "the run to be made")
+    async with run_services.db.alone() as conn:
+        claimed = await run_store.claim(
+            conn, run_id=run_id, worker_id="w1", lease=timedelta(seconds=30)
+        )
+    assert claimed is not None and claimed.reserved_tokens is not None
+    done = run_ends.Outcome(status=RunStatus.COMPLETED, content="x", completion_tokens=1)
+
+    async def end() -> run_ends.Finished | None:
+        async with run_services.db.alone() as conn:
+            return await run_ends.finish_alone(
+                conn, run_id=run_id, outcome=done, from_status=RunStatus.RUNNING, worker_id="w1"
+            )
+
+    async def take() -> int | None:
+        async with run_services.db.transaction() as s:
+            return await run_store.take_reservation(s, run_id=run_id)
+
+    *taken, ended = await asyncio.gather(*(take() for _ in range(7)), end())
+    assert isinstance(ended, run_ends.Finished)  # (a take changes no state: the end happens)
+    got = [*taken, ended.reserved_tokens]
+    assert sorted(got, key=lambda t: t is None) == [claimed.reserved_tokens] + [None] * 7
+    sent.cancel()
+    with contextlib.suppress(BaseException):
+        await sent
+
+
+async def _queued_run(svc: Services) -> str | None:
+    async with svc.db.transaction() as s:
+        found = await s.scalar(select(Run.id).where(Run.status == RunStatus.QUEUED))
+    return found
