@@ -330,8 +330,8 @@ async def test_a_programs_answer_is_settled_to_what_it_used(
 async def test_a_programs_end_and_a_reservation_taken_meanwhile_get_it_once(
     run_client: httpx.AsyncClient, auth: dict[str, str], run_services: Services
 ) -> None:
-    """A worker's one-statement end (the row locked in a sub-select) racing with others
-    taking the run's reservation: exactly one of them gets it, and the end happens once."""
+    """A worker's one-statement end (the row locked in a sub-select) while another holds
+    the run's row to take its reservation: the end waits, and the reservation is had once."""
     worker = run_services.worker
     assert worker is not None
     await worker.stop(grace=0)  # the run stays queued, holding its reservation
@@ -354,14 +354,21 @@ async def test_a_programs_end_and_a_reservation_taken_meanwhile_get_it_once(
                 conn, run_id=run_id, outcome=done, from_status=RunStatus.RUNNING, worker_id="w1"
             )
 
-    async def take() -> int | None:
+    locked = asyncio.Event()
+
+    async def take() -> int | None:  # the row locked first, then a pause before it clears
         async with run_services.db.transaction() as s:
+            await s.scalar(select(Run.reserved_tokens).where(Run.id == run_id).with_for_update())
+            locked.set()
+            await asyncio.sleep(0.3)
             return await run_store.take_reservation(s, run_id=run_id)
 
-    *taken, ended = await asyncio.gather(*(take() for _ in range(7)), end())
-    assert isinstance(ended, run_ends.Finished)  # (a take changes no state: the end happens)
-    got = [*taken, ended.reserved_tokens]
-    assert sorted(got, key=lambda t: t is None) == [claimed.reserved_tokens] + [None] * 7
+    taking = asyncio.create_task(take())
+    await locked.wait()
+    ended = await end()  # meanwhile
+    assert ended is not None  # (a take changes no state: the end happens)
+    got = [await taking, ended.reserved_tokens]
+    assert got == [claimed.reserved_tokens, None]
     sent.cancel()
     with contextlib.suppress(BaseException):
         await sent
