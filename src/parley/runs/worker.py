@@ -322,9 +322,10 @@ class Worker:
         self, run: Run, events: RunEvent | list[RunEvent], progress: Progress
     ) -> bool:
         """Append under this attempt's fence; False (and the run given up) if it is stale."""
+        run_id, fence = progress.run_id, progress.fence  # (run.id, run.attempts)
         try:
             for event in events if isinstance(events, list) else [events]:
-                await self._bus.append(run.id, event, fence=run.attempts)
+                await self._bus.append(run_id, event, fence=fence)
         except StaleAttempt:
             log.warning("run %s: attempt %d is stale; stopping", run.id, run.attempts)
             await self._lose(run.id, progress)
