@@ -180,7 +180,7 @@ class ChatContext:
     async def _draft(
         self, db: Database, chat: ChatRef, new: NewMessage, pending: ChatSummary | None
     ) -> _Draft:
-        async with db.transaction() as s:  # read, then counted outside it
+        async with db.reads() as s:  # read, then counted outside it
             summary, rows = await prompts.unsummarized(
                 s,
                 chat,
@@ -271,7 +271,7 @@ class ChatContext:
         context management off, as a chat's)."""
         if not self._settings.enabled:
             return []
-        async with db.transaction() as s:
+        async with db.reads() as s:
             mine = Instructions(await prompts.user_instructions(s, user_id))
         text = system_text(Fixed(self._system_prompt(model), None, 0, instructions=mine))
         return [ChatMessage("system", text)] if text else []

@@ -65,7 +65,7 @@ class Retriever:
                 )
             except EmbeddingsError as e:
                 log.warning("retrieval: embeddings failed, full-text search instead: %s", e)
-        async with db.transaction() as s:
+        async with db.reads() as s:
             return await search_messages(
                 s,
                 user_id=user_id,

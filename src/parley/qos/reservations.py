@@ -64,7 +64,7 @@ class Costs:
             chat = ChatRef(new.user_id, new.chat_id)
             assembled = await self.context.assemble(self._db, chat, _new_message(new))
             return assembled.composition.total_tokens
-        async with self._db.transaction() as s:
+        async with self._db.reads() as s:
             messages = await prompts.prompt_of_chat(
                 s, user_id=new.user_id, chat_id=new.chat_id, content=new.content, after=new.after
             )

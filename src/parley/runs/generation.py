@@ -107,7 +107,7 @@ class Prompting:
         on from (``GenerationRequest.continue_final``), counted in; others as they are."""
         if run.continues_id is None:
             return prompt
-        async with self._db.transaction() as s:
+        async with self._db.reads() as s:
             answer = await s.get(Message, run.continues_id)
         if answer is None:  # deleted since: answered afresh
             return prompt
@@ -193,7 +193,7 @@ class Prompting:
 
     async def _assembled(self, run: Run) -> Prompt:
         assert run.chat_id is not None and run.user_message_id is not None
-        async with self._db.transaction() as s:
+        async with self._db.reads() as s:
             message = await s.get(Message, run.user_message_id)
         assert message is not None
         new = NewMessage(message.content, run.model, run.tier, run.max_tokens, message.seq)

@@ -315,7 +315,7 @@ class Submitter:
     async def _existing(self, new: new_runs.NewRun) -> Run | None:
         assert new.idempotency_key is not None
         since = utcnow() - timedelta(seconds=self._settings.idempotency_ttl_seconds)
-        async with self._db.transaction() as s:
+        async with self._db.reads() as s:
             run = await run_records.find_by_idempotency_key(
                 s, user_id=new.user_id, key=new.idempotency_key, since=since
             )
@@ -339,7 +339,7 @@ class Submitter:
         """The run's chat in the database: brought back first if archived."""
         assert new.chat_id is not None
         if self._archiver is not None:
-            async with self._db.transaction() as s:
+            async with self._db.reads() as s:
                 chat = await chats.get_chat(s, user_id=new.user_id, chat_id=new.chat_id)
             if chat.archived_at is not None:
                 await self._archiver.restore(chat)

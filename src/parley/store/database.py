@@ -107,6 +107,19 @@ class Database:
             yield conn
 
     @asynccontextmanager
+    async def reads(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads only, each statement on its own: on Postgres an autocommit
+        connection (no BEGIN and COMMIT round trips; under READ COMMITTED each statement of
+        a transaction takes its own snapshot too, so nothing read differs, but nothing is
+        locked: no ``FOR UPDATE`` here, and no write); on SQLite ``transaction``."""
+        if self._serial:
+            async with self.transaction() as s:
+                yield s
+            return
+        async with self.alone() as conn, AsyncSession(bind=conn, expire_on_commit=False) as s:
+            yield s
+
+    @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:
         """A read-only transaction on a replica (this needs ``replica_url``). Its connection
         is taken before the body runs, so a replica that cannot be reached raises here
