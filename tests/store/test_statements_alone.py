@@ -23,13 +23,16 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 
 async def _two_clocks(db: Database, how: str) -> tuple[datetime, datetime]:
     """The transaction's clock read twice, 50 ms apart, in one session (or connection)."""
-    clock = text("SELECT now()" if db.dialect == "postgresql" else "SELECT 1")
-    opened = {"transaction": db.transaction, "reads": db.reads, "alone": db.alone}[how]
-    async with opened() as conn:
-        first = await conn.scalar(clock)
+    clock = text("SELECT now()")
+    if how == "alone":
+        async with db.alone() as conn:
+            first = await conn.scalar(clock)
+            await asyncio.sleep(0.05)
+            return first, await conn.scalar(clock)
+    async with db.reads() if how == "reads" else db.transaction() as s:
+        first = await s.scalar(clock)
         await asyncio.sleep(0.05)
-        second = await conn.scalar(clock)
-    return first, second
+        return first, await s.scalar(clock)
 
 
 async def test_reads_and_lone_statements_run_outside_a_transaction_block_on_postgres(
