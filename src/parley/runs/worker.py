@@ -21,7 +21,7 @@ from functools import partial
 
 from parley import logs
 from parley.bus.interface import Bus, QueuedRun, QueueFull, RunEvent, StaleAttempt
-from parley.domain import BACKGROUND_PRIORITY, RunSource, RunStatus, new_id
+from parley.domain import BACKGROUND_PRIORITY, RunStatus, new_id
 from parley.engines.interface import ChatMessage, Engine, GenerationRequest
 from parley.engines.registry import capacity_offers
 from parley.engines.settings import EngineSettings
@@ -40,7 +40,7 @@ from parley.runs.run_slots import RunSlots
 from parley.runs.settings import RunSettings
 from parley.runs.tool_rounds import ToolRounds
 from parley.safety.moderator import Moderator
-from parley.store import run_records
+from parley.store import run_ends, run_records
 from parley.store.database import Database
 from parley.store.schema import Run
 
@@ -266,7 +266,7 @@ class Worker:
         outcome = progress.outcome(run.prompt_tokens)
         self._finishing[run.id] = run  # its lease is renewed while the end is retried
         try:
-            alone = run.assistant_message_id is None and run.source is not RunSource.SUMMARY
+            alone = run_ends.ends_alone(run)
             ended = await self._finisher.finish_retrying(run.id, outcome, guard, alone=alone)
         finally:
             self._finishing.pop(run.id, None)
@@ -322,10 +322,9 @@ class Worker:
         self, run: Run, events: RunEvent | list[RunEvent], progress: Progress
     ) -> bool:
         """Append under this attempt's fence; False (and the run given up) if it is stale."""
-        run_id, fence = progress.run_id, progress.fence  # (run.id, run.attempts)
-        try:
+        try:  # (the run's id and attempt as ``progress`` read them once)
             for event in events if isinstance(events, list) else [events]:
-                await self._bus.append(run_id, event, fence=fence)
+                await self._bus.append(progress.run_id, event, fence=progress.fence)
         except StaleAttempt:
             log.warning("run %s: attempt %d is stale; stopping", run.id, run.attempts)
             await self._lose(run.id, progress)

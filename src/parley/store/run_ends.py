@@ -93,6 +93,12 @@ async def finish(
     return Finished(run, reserved)
 
 
+def ends_alone(run: Run) -> bool:
+    """Whether ``run`` has nothing but its own row to write at its end (no assistant
+    message, not a fold): ``finish_alone`` can end it."""
+    return run.assistant_message_id is None and run.source is not RunSource.SUMMARY
+
+
 async def finish_alone(
     conn: AsyncConnection,
     *,
@@ -124,7 +130,7 @@ async def finish_alone(
     if row is None:
         return None
     run = Run(**{col.key: row._mapping[col.key] for col in _RUNS.c})
-    assert run.assistant_message_id is None and run.source is not RunSource.SUMMARY
+    assert ends_alone(run)
     return Finished(run, reserved)
 
 
