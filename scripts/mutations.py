@@ -93,8 +93,8 @@ MUTATIONS = (
         "M4",
         "the worker appends without its fence",
         "src/parley/runs/worker.py",
-        "            await self._bus.append(run.id, event, fence=run.attempts)",
-        "            await self._bus.append(run.id, event)",
+        "                await self._bus.append(progress.run_id, event, fence=progress.fence)",
+        "                await self._bus.append(progress.run_id, event)",
         (
             "tests/runs/test_fence.py",
             "tests/faults/test_kills.py::"
