@@ -149,7 +149,7 @@ class Finisher:
             ended = await run_ends.finish_alone(
                 conn,
                 run_id=run_id,
-                outcome=replace(outcome, content=storable(outcome.content)),
+                outcome=_storable(outcome),
                 from_status=guard.from_status,
                 worker_id=guard.worker_id,
             )
@@ -170,7 +170,7 @@ class Finisher:
         return await run_ends.finish(
             s,
             run_id=run_id,
-            outcome=replace(outcome, content=storable(outcome.content)),
+            outcome=_storable(outcome),
             from_status=guard.from_status,
             worker_id=guard.worker_id,
             lease_expired=guard.lease_expired,
@@ -214,3 +214,8 @@ class Finisher:
                 listener(run)
             except Exception:
                 log.exception("a run-end listener failed on run %s", run.id)
+
+
+def _storable(outcome: Outcome) -> Outcome:
+    """The outcome as every store keeps its text (``text.storable``)."""
+    return replace(outcome, content=storable(outcome.content))

@@ -86,10 +86,15 @@ class Database:
             async with self._sessions() as session, session.begin():
                 yield session
             return
+        async with self._turn(), self._sessions() as session, session.begin():
+            yield session
+
+    def _turn(self) -> asyncio.Lock:
+        """SQLite's one writer at a time, taken in this process (made on first use, in the
+        running loop)."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock, self._sessions() as session, session.begin():
-            yield session
+        return self._lock
 
     @asynccontextmanager
     async def alone(self) -> AsyncIterator[AsyncConnection]:
@@ -101,9 +106,7 @@ class Database:
             async with self.engine.connect() as conn:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
             return
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock, self.engine.begin() as conn:
+        async with self._turn(), self.engine.begin() as conn:
             yield conn
 
     @asynccontextmanager

@@ -75,13 +75,7 @@ async def finish(
     # the reservation as it stands, the row locked (Postgres) until this transaction ends;
     # the guarded UPDATE then clears it, so whoever's update wins takes it, once
     reserved = await s.scalar(_RESERVED, {"p_id": run_id})
-    params = {
-        "p_id": run_id,
-        "p_from": from_status,
-        "p_worker": worker_id,
-        "p_now": now,
-        **_ended(outcome, now),
-    }
+    params = _bound(run_id, from_status, worker_id, outcome, now)
     await s.flush()  # (a run made in this transaction is written before the Core UPDATE)
     row = (await s.execute(_finishing(worker_id is not None, lease_expired), params)).first()
     if row is None:
@@ -113,13 +107,7 @@ async def finish_alone(
     transaction's round trips; on SQLite ``finish``'s two statements in ``alone``'s
     transaction."""
     now = utcnow()
-    params = {
-        "p_id": run_id,
-        "p_from": from_status,
-        "p_worker": worker_id,
-        "p_now": now,
-        **_ended(outcome, now),
-    }
+    params = _bound(run_id, from_status, worker_id, outcome, now)
     by_worker = worker_id is not None
     if conn.dialect.name == "postgresql":
         row = (await conn.execute(_finishing_held(by_worker), params)).first()
@@ -207,6 +195,14 @@ async def _store_message(s: AsyncSession, run: Run, outcome: Outcome, now: datet
             updated_at=now,
         )
     )
+
+
+def _bound(
+    run_id: str, from_status: RunStatus, worker_id: str | None, outcome: Outcome, now: datetime
+) -> dict[str, object]:
+    """Everything ``_finishing`` (and ``_finishing_held``) binds."""
+    params = {"p_id": run_id, "p_from": from_status, "p_worker": worker_id, "p_now": now}
+    return {**params, **_ended(outcome, now)}
 
 
 def _ended(outcome: Outcome, now: datetime) -> dict[str, object]:
