@@ -1,12 +1,16 @@
 """What a gateway adds in front of a fast OpenAI-compatible upstream, side by side in one run.
 
     python bench/gateway.py [--requests 200] [--load-requests 1024] [--rounds 8]
-                            [--targets direct,serve,split,litellm]
+                            [--targets direct,bare,asgi,serve,split,litellm]
 
 An upstream that streams 32 tokens as fast as it can (`bench/fast_upstream.py`, its own
 process) is reached
 
 * ``direct``: the upstream itself;
+* ``bare`` and ``asgi``: through ``bench/bare_proxy.py``, the floor of a gateway in Python
+  (the upstream's bytes relayed as they come, nothing parsed, stored or counted): ``bare``
+  with asyncio streams and HTTP by hand, ``asgi`` on uvicorn, Starlette and httpx, the
+  parts parley is built from;
 * ``serve``: through parley's ``/v1/chat/completions`` in one ``parley serve`` process
   (SQLite, in-process bus), the upstream its one ``openai`` model's replica;
 * ``split``: the same through ``parley api`` + ``parley worker`` on Postgres and Redis
@@ -71,7 +75,8 @@ REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 UPSTREAM_MODEL = "fast-upstream"
 MODEL = "fast"
 TIMEOUT = 60.0
-ALL_TARGETS = ("direct", "serve", "split", "litellm")
+ALL_TARGETS = ("direct", "bare", "asgi", "serve", "split", "litellm")
+BARE_PROXY = BENCH / "bare_proxy.py"
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -404,6 +409,34 @@ async def start_litellm(upstream_port: int, tmp: Path) -> Target:
     return Target("litellm", "127.0.0.1", port, "/v1/chat/completions", MODEL, key, servers=[proc])
 
 
+async def start_bare(kind: str, upstream_port: int, tmp: Path) -> Target:
+    key = f"sk-bare-{uuid.uuid4().hex}"
+    port = free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    proc = Proc(
+        [
+            "--kind",
+            "raw" if kind == "bare" else kind,
+            "--port",
+            str(port),
+            "--upstream",
+            upstream,
+            "--key",
+            key,
+        ],
+        {},
+        tmp / f"{kind}.log",
+        argv=[sys.executable, str(BARE_PROXY)],
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", procs=(proc,))
+    except BaseException:
+        proc.stop()
+        raise
+    path = "/v1/chat/completions"
+    return Target(kind, "127.0.0.1", port, path, UPSTREAM_MODEL, key, servers=[proc])
+
+
 async def start_targets(names: list[str], tokens: int, slots: int, tmp: Path) -> Running:
     upstream_port = free_port()
     upstream = Proc(
@@ -430,6 +463,8 @@ async def _start(
         "serve": lambda: start_parley("serve", config, tmp),
         "split": lambda: start_parley("split", config, tmp),
         "litellm": lambda: start_litellm(upstream_port, tmp),
+        "bare": lambda: start_bare("bare", upstream_port, tmp),
+        "asgi": lambda: start_bare("asgi", upstream_port, tmp),
     }
     for name in names:
         if name == "direct":
@@ -525,6 +560,8 @@ async def measure(
 
 LABELS = {
     "direct": "direct (the upstream)",
+    "bare": "bare proxy (asyncio streams: the floor)",
+    "asgi": "bare proxy on uvicorn, Starlette, httpx",
     "serve": "parley serve (SQLite, in-process bus)",
     "split": "parley api + worker (Postgres, Redis)",
     "litellm": "LiteLLM proxy",
@@ -566,6 +603,7 @@ def report(
         answers = max(1, many.answers)
         each = ", ".join(f"{role} {v / answers * 1e3:.2f}" for role, v in many.cpu.items())
         print(f"| {LABELS[name]} | {many.answers} | {each} |")
+    against_floor(figures, args)
     if "serve" in figures:
         one, many = figures["serve"]
         extra = (pct(one.ttft, 50) - d50) * 1e3
@@ -574,6 +612,30 @@ def report(
             f"\nGoals: parley serve adds {extra:.2f} ms to the TTFT p50 (≤ 5 ms:"
             f" {'met' if extra <= 5 else 'not met'}) and relays {ratio:.2f} x direct's tokens/s"
             f" at concurrency {args.concurrency} (≥ 0.5: {'met' if ratio >= 0.5 else 'not met'})."
+        )
+
+
+def per_answer(many: Figures) -> float:
+    """CPU ms per answer at concurrency, every process of the target together."""
+    return sum(many.cpu.values()) / max(1, many.answers) * 1e3
+
+
+def against_floor(figures: dict[str, tuple[Figures, Figures]], args: argparse.Namespace) -> None:
+    """Each gateway's CPU per answer over the bare proxy's, and issue 48's goals."""
+    if "bare" not in figures:
+        return
+    floor = per_answer(figures["bare"][1])
+    direct = figures["direct"][1].rate
+    print(f"\nAgainst the bare proxy ({floor:.2f} ms per answer) and issue 48's goals:\n")
+    print("| target | CPU ms per answer | ÷ bare | ≤ 1 ms | ÷ direct tokens/s | ≥ 0.3 |")
+    print("|---|---|---|---|---|---|")
+    for name, (_, many) in figures.items():
+        if name == "direct":
+            continue
+        ms, ratio = per_answer(many), many.rate / direct
+        print(
+            f"| {LABELS[name]} | {ms:.2f} | {ms / floor:.2f} | {'met' if ms <= 1 else 'not met'}"
+            f" | {ratio:.2f} | {'met' if ratio >= 0.3 else 'not met'} |"
         )
 
 

@@ -16,6 +16,10 @@ Modes (``POST /v1/chat/completions``):
   ``usage: null`` on every chunk, chunks of several tokens, the finish reason on its own
   chunk, then a usage chunk (prompt 21 of which 16 cached, completion 7) and ``[DONE]``;
 * ``no-usage``: three content chunks and a ``length`` finish, no usage and no ``[DONE]``;
+* ``gzip``: the ``quirky`` answer gzipped, with ``Content-Encoding: gzip`` (as a compressing
+  proxy in front of a server sends it);
+* ``redirect``: a ``307`` to ``/v1/moved/chat/completions``, which gives the ``quirky``
+  answer (a client that follows redirects gets an answer; the count has two requests);
 * the streams of ``tests.fleet.scripted`` (tool calls, reasoning), by their names.
 
 ``GET /v1/models`` answers 200 (its probes pass), ``GET /count`` the number of chat requests,
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import hashlib
 import json
 import struct
@@ -36,7 +41,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fleet.scripted import SCRIPTS
@@ -51,9 +56,12 @@ MODES = (
     "silent",
     "quirky",
     "no-usage",
+    "gzip",
+    "redirect",
     *SCRIPTS,
 )
 FIRST = "Hello"
+MOVED = "/v1/moved/chat/completions"
 
 
 def _chunk(text: str) -> bytes:
@@ -142,8 +150,14 @@ def app(mode: str) -> Starlette:
             return JSONResponse(body, status_code=400)
         if mode == "hang":
             await asyncio.Event().wait()
-        if mode == "quirky":
+        if mode == "redirect" and request.url.path != MOVED:
+            return RedirectResponse(MOVED, status_code=307)
+        if mode in ("quirky", "redirect"):
             return StreamingResponse(quirky(), media_type="text/event-stream")
+        if mode == "gzip":
+            body = gzip.compress(b"".join([piece async for piece in quirky()]))
+            headers = {"Content-Encoding": "gzip"}
+            return Response(body, media_type="text/event-stream", headers=headers)
         if mode == "no-usage":
             return StreamingResponse(no_usage(), media_type="text/event-stream")
         if mode in SCRIPTS:
@@ -182,6 +196,7 @@ def app(mode: str) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route(MOVED, chat, methods=["POST"]),
             Route("/v1/models", models),
             Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/count", counted),

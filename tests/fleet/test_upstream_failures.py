@@ -25,6 +25,8 @@ CASES = {
     "malformed": ("upstream_failed", "malformed chunk", "Hello"),
     "cut": ("upstream_failed", "broke off mid-answer", "Hello world"),
     "silent": ("upstream_failed", "went silent for 1 s", "Hello"),
+    # a redirect is not followed (as httpx's own client: nor the key sent somewhere else)
+    "redirect": ("upstream_rejected", "refused the request (307)", ""),
 }
 
 
@@ -97,6 +99,7 @@ async def test_the_api_key_named_by_the_settings_is_sent_and_never_logged(
     ("mode", "text", "finish", "usage"),
     [
         ("quirky", "Quirky but fine.", "stop", (21, 7)),  # the upstream's own usage
+        ("gzip", "Quirky but fine.", "stop", (21, 7)),  # decompressed once
         ("no-usage", "Counted by chunks", "length", (None, 3)),  # one token a content chunk
     ],
 )

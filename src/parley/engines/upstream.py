@@ -1,7 +1,8 @@
 """One OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, a hosted API) as an Engine.
 
 ``stream()`` POSTs ``{base_url}/chat/completions`` with ``stream: true`` and
-``stream_options.include_usage`` over one pooled ``httpx.AsyncClient`` and turns the
+``stream_options.include_usage`` over one pooled ``httpx.AsyncClient`` (its bytes carried by
+aiohttp: ``upstream_transport.py``) and turns the
 server-sent chunks into deltas (``upstream_answer.AnswerReader``): one for the content that
 arrived together (one chunk when they come slowly, many under load), then a last one with the
 finish reason and the token counts from the upstream's ``usage`` (when it sends none, the
@@ -45,6 +46,7 @@ from parley.engines.interface import (
 )
 from parley.engines.settings import UpstreamSettings
 from parley.engines.upstream_answer import Abort, AnswerReader, Request, describe, pump_lines
+from parley.engines.upstream_transport import AiohttpTransport
 from parley.observability import tracing
 from parley.openai.protocol import error_message
 
@@ -80,7 +82,7 @@ class UpstreamEngine:
                 pool=None,
             ),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            transport=transport,
+            transport=transport if transport is not None else AiohttpTransport(),
         )
         self._requests: dict[str, Request] = {}
         self._reader = AnswerReader(self.label, settings)
