@@ -94,7 +94,7 @@ def _reason(answer: aiohttp.ClientResponse) -> bytes:
 
 
 class _Body(httpx.AsyncByteStream):
-    """A response's body as it arrives; its connection kept only if it was read through."""
+    """A response's body as it arrives; its connection kept only if it is read through."""
 
     def __init__(self, answer: aiohttp.ClientResponse, request: httpx.Request) -> None:
         self._answer = answer
@@ -106,10 +106,9 @@ class _Body(httpx.AsyncByteStream):
                 yield piece
 
     async def aclose(self) -> None:
-        if self._answer.content.at_eof():
-            self._answer.release()  # read through: the connection serves the next request
-        else:
-            self._answer.close()  # left early: closed, so the server frees what it holds
+        # read through, its connection went back to the pool at the body's end (aiohttp
+        # releases it there); left early, it is closed, so the server frees what it holds
+        self._answer.close()
 
 
 @contextmanager
