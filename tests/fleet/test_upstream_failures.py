@@ -169,3 +169,19 @@ async def test_sampling_parameters_reach_the_upstream_as_sent(
         assert r.status_code == 200, r.text
     received = server.last_body()
     assert {k: received.get(k) for k in sent} == sent
+
+
+async def test_an_upstream_is_reached_through_the_proxy_the_environment_names(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HTTP_PROXY`` is honoured for an upstream, as httpx's own client honoured it, and
+    ``NO_PROXY`` spares what it names (here the test's own client to parley). The upstream's
+    name resolves nowhere, so only the proxy can have answered; it serves a request in the
+    absolute form a proxy is sent as its own."""
+    proxy = misbehaving("quirky")
+    monkeypatch.setenv("HTTP_PROXY", proxy.base)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    run, message, _ = await _one_run(fleet, "http://upstream.invalid/v1", max_attempts=1)
+    assert run["status"] == "completed", run
+    assert message["content"] == "Quirky but fine."
+    assert proxy.requests() == 1
