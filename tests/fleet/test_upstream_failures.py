@@ -185,3 +185,14 @@ async def test_an_upstream_is_reached_through_the_proxy_the_environment_names(
     assert run["status"] == "completed", run
     assert message["content"] == "Quirky but fine."
     assert proxy.requests() == 1
+
+
+async def test_an_upstream_no_proxy_names_is_reached_directly(
+    fleet: Fleet, misbehaving: Callable[[str], Misbehaving], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = misbehaving("quirky")
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nobody listens
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    run, message, _ = await _one_run(fleet, server.url, max_attempts=1)
+    assert run["status"] == "completed", run
+    assert message["content"] == "Quirky but fine."
