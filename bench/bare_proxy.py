@@ -13,8 +13,11 @@ accounts, database, bus, admission, billing, resumption or stop.
 * ``raw``: asyncio streams on both sides (uvloop), HTTP/1.1 by hand, as the bare relay is
   written: the floor Python reaches on this path.
 * ``asgi``: the parts parley's own path is built from, run as parley runs them: uvicorn
-  (uvloop, httptools), a Starlette route, one pooled ``httpx.AsyncClient``: the floor of
-  that stack. What parley's ``/v1`` spends beyond it is parley's own.
+  (uvloop, httptools), a Starlette route, one pooled ``httpx.AsyncClient`` on parley's
+  upstream transport (``parley.engines.upstream_transport``, aiohttp's HTTP/1.1): the
+  floor of that stack. What parley's ``/v1`` spends beyond it is parley's own.
+  (``--httpx-transport``: httpx's own transport instead, httpcore over h11, as parley's
+  upstream client had it before issue 48's fifth round.)
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from parley.engines.upstream_transport import AiohttpTransport
 
-def app(upstream: str, key: str) -> Starlette:
+
+def app(upstream: str, key: str, *, httpx_transport: bool = False) -> Starlette:
     client = httpx.AsyncClient(
+        transport=None if httpx_transport else AiohttpTransport(),
         base_url=upstream.rstrip("/"),
         timeout=httpx.Timeout(10.0, read=None),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -193,12 +199,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the upstream's /v1 base URL")
     parser.add_argument("--key", required=True, help="the one bearer key it accepts")
+    parser.add_argument("--httpx-transport", action="store_true", help="asgi: httpx's own")
     args = parser.parse_args()
     if args.kind == "raw":
         loop_runner()(serve_raw(args.port, args.upstream, args.key))
         return
     uvicorn.run(
-        app(args.upstream, args.key),
+        app(args.upstream, args.key, httpx_transport=args.httpx_transport),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

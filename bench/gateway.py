@@ -1,7 +1,7 @@
 """What a gateway adds in front of a fast OpenAI-compatible upstream, side by side in one run.
 
     python bench/gateway.py [--requests 200] [--load-requests 1024] [--rounds 8]
-                            [--targets direct,bare,asgi,serve,split,litellm]
+                            [--targets direct,bare,asgi,asgi-httpx,serve,split,litellm]
 
 An upstream that streams 32 tokens as fast as it can (`bench/fast_upstream.py`, its own
 process) is reached
@@ -9,8 +9,9 @@ process) is reached
 * ``direct``: the upstream itself;
 * ``bare`` and ``asgi``: through ``bench/bare_proxy.py``, the floor of a gateway in Python
   (the upstream's bytes relayed as they come, nothing parsed, stored or counted): ``bare``
-  with asyncio streams and HTTP by hand, ``asgi`` on uvicorn, Starlette and httpx, the
-  parts parley is built from;
+  with asyncio streams and HTTP by hand, ``asgi`` on uvicorn, Starlette and httpx over
+  parley's upstream transport, the parts parley is built from (``asgi-httpx``: the same on
+  httpx's own transport, not measured unless named);
 * ``serve``: through parley's ``/v1/chat/completions`` in one ``parley serve`` process
   (SQLite, in-process bus), the upstream its one ``openai`` model's replica;
 * ``split``: the same through ``parley api`` + ``parley worker`` on Postgres and Redis
@@ -75,7 +76,8 @@ REDIS_URL = os.environ.get("PARLEY_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 UPSTREAM_MODEL = "fast-upstream"
 MODEL = "fast"
 TIMEOUT = 60.0
-ALL_TARGETS = ("direct", "bare", "asgi", "serve", "split", "litellm")
+ALL_TARGETS = ("direct", "bare", "asgi", "asgi-httpx", "serve", "split", "litellm")
+DEFAULT_TARGETS = ("direct", "bare", "asgi", "serve", "split", "litellm")
 BARE_PROXY = BENCH / "bare_proxy.py"
 
 
@@ -413,17 +415,9 @@ async def start_bare(kind: str, upstream_port: int, tmp: Path) -> Target:
     key = f"sk-bare-{uuid.uuid4().hex}"
     port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    kinds = {"bare": ["raw"], "asgi": ["asgi"], "asgi-httpx": ["asgi", "--httpx-transport"]}
     proc = Proc(
-        [
-            "--kind",
-            "raw" if kind == "bare" else kind,
-            "--port",
-            str(port),
-            "--upstream",
-            upstream,
-            "--key",
-            key,
-        ],
+        ["--kind", *kinds[kind], "--port", str(port), "--upstream", upstream, "--key", key],
         {},
         tmp / f"{kind}.log",
         argv=[sys.executable, str(BARE_PROXY)],
@@ -465,6 +459,7 @@ async def _start(
         "litellm": lambda: start_litellm(upstream_port, tmp),
         "bare": lambda: start_bare("bare", upstream_port, tmp),
         "asgi": lambda: start_bare("asgi", upstream_port, tmp),
+        "asgi-httpx": lambda: start_bare("asgi-httpx", upstream_port, tmp),
     }
     for name in names:
         if name == "direct":
@@ -561,7 +556,8 @@ async def measure(
 LABELS = {
     "direct": "direct (the upstream)",
     "bare": "bare proxy (asyncio streams: the floor)",
-    "asgi": "bare proxy on uvicorn, Starlette, httpx",
+    "asgi": "bare proxy on uvicorn, Starlette, httpx (aiohttp)",
+    "asgi-httpx": "bare proxy on uvicorn, Starlette, httpx (httpcore)",
     "serve": "parley serve (SQLite, in-process bus)",
     "split": "parley api + worker (Postgres, Redis)",
     "litellm": "LiteLLM proxy",
@@ -689,7 +685,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=32, help="per answer")
     parser.add_argument("--slots", type=int, default=64, help="parley's replica slots")
-    parser.add_argument("--targets", default=",".join(ALL_TARGETS))
+    parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
     parser.add_argument(
         "--profile",
         action="store_true",
