@@ -155,9 +155,9 @@ def app(mode: str) -> Starlette:
         if mode in ("quirky", "redirect"):
             return StreamingResponse(quirky(), media_type="text/event-stream")
         if mode == "gzip":
-            body = gzip.compress(b"".join([piece async for piece in quirky()]))
+            packed = gzip.compress(b"".join([piece async for piece in quirky()]))
             headers = {"Content-Encoding": "gzip"}
-            return Response(body, media_type="text/event-stream", headers=headers)
+            return Response(packed, media_type="text/event-stream", headers=headers)
         if mode == "no-usage":
             return StreamingResponse(no_usage(), media_type="text/event-stream")
         if mode in SCRIPTS:
