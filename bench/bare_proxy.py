@@ -39,6 +39,15 @@ from starlette.routing import Route
 from parley.engines.upstream_transport import AiohttpTransport
 
 
+def routable(body: bytes) -> bool:
+    """What a gateway reads of the request to route it: a model and messages."""
+    try:
+        wire = json.loads(body)
+        return isinstance(wire.get("model"), str) and isinstance(wire.get("messages"), list)
+    except (ValueError, AttributeError):
+        return False
+
+
 def app(upstream: str, key: str, *, httpx_transport: bool = False) -> Starlette:
     client = httpx.AsyncClient(
         transport=None if httpx_transport else AiohttpTransport(),
@@ -52,12 +61,7 @@ def app(upstream: str, key: str, *, httpx_transport: bool = False) -> Starlette:
         if request.headers.get("authorization") != expected:
             return JSONResponse({"error": {"message": "unknown key"}}, status_code=401)
         body = await request.body()
-        try:
-            wire = json.loads(body)
-            ok = isinstance(wire.get("model"), str) and isinstance(wire.get("messages"), list)
-        except (ValueError, AttributeError):
-            ok = False
-        if not ok:
+        if not routable(body):
             return JSONResponse({"error": {"message": "model and messages"}}, status_code=400)
         sent = client.build_request(
             "POST",
@@ -156,12 +160,7 @@ async def _raw_request(
         return _reply(writer, 200, "ready")
     if headers.get("authorization") != f"Bearer {key}":
         return _reply(writer, 401, "unknown key")
-    try:
-        wire = json.loads(body)
-        ok = isinstance(wire.get("model"), str) and isinstance(wire.get("messages"), list)
-    except (ValueError, AttributeError):
-        ok = False
-    if not ok:
+    if not routable(body):
         return _reply(writer, 400, "model and messages")
     up_reader, up_writer = await upstreams.take()
     up_writer.write(upstreams.request(body))
