@@ -7,8 +7,6 @@ Maildir. With ``--cert``/``--key``: STARTTLS required and a login (``--user``,
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 import mailbox
 import ssl
 import subprocess
@@ -18,6 +16,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
+from tests.certificates import self_signed
 from tests.processes import free_port
 from tests.waiting import eventually, eventually_sync
 
@@ -64,7 +63,7 @@ class MailServer:
         self._proc: subprocess.Popen[bytes] | None = None
         if tls:
             self.key = tmp / "smtp-key.pem"
-            _self_signed(self.cert, self.key)
+            self_signed(self.cert, self.key)
 
     def settings(self, **more: Any) -> dict[str, Any]:
         """parley's ``mail`` section for this server."""
@@ -118,40 +117,6 @@ def body(message: Message) -> str:
     payload = message.get_payload(decode=True)
     assert isinstance(payload, bytes)
     return payload.decode()
-
-
-def _self_signed(cert: Path, key: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    made = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(private.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(private, hashes.SHA256())
-    )
-    cert.write_bytes(made.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
 
 
 if __name__ == "__main__":

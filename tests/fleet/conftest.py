@@ -122,11 +122,12 @@ def replicas(tmp_path: Path) -> Iterator[Callable[..., list[EngineReplica]]]:
 
 
 @pytest.fixture
-def misbehaving(tmp_path: Path) -> Iterator[Callable[[str], Misbehaving]]:
+def misbehaving(tmp_path: Path) -> Iterator[Callable[..., Misbehaving]]:
+    """``misbehaving(mode, tls=False)``: a server that misbehaves that way."""
     started: list[Misbehaving] = []
 
-    def make(mode: str) -> Misbehaving:
-        server = Misbehaving(tmp_path, mode)
+    def make(mode: str, *, tls: bool = False) -> Misbehaving:
+        server = Misbehaving(tmp_path, mode, tls=tls)
         started.append(server)
         return server
 

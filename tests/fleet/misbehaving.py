@@ -1,6 +1,6 @@
 """An OpenAI-compatible server that misbehaves one way, for the upstream engine's failure tests.
 
-    python -m tests.fleet.misbehaving MODE PORT
+    python -m tests.fleet.misbehaving MODE PORT [CERT KEY]
 
 Modes (``POST /v1/chat/completions``):
 
@@ -205,6 +205,14 @@ def app(mode: str) -> Starlette:
 
 
 if __name__ == "__main__":
-    mode, port = sys.argv[1], int(sys.argv[2])
+    mode, port, *tls = sys.argv[1:]
     assert mode in MODES, f"mode must be one of {MODES}"
-    uvicorn.run(app(mode), host="127.0.0.1", port=port, log_level="warning")
+    cert, key = tls if tls else (None, None)  # HTTPS with this certificate and key
+    uvicorn.run(
+        app(mode),
+        host="127.0.0.1",
+        port=int(port),
+        log_level="warning",
+        ssl_certfile=cert,
+        ssl_keyfile=key,
+    )

@@ -4,6 +4,7 @@ OpenAI-compatible servers (``tests.fleet.misbehaving``)."""
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from tests.certificates import self_signed
 from tests.processes import Parley, free_port
 from tests.waiting import GaveUp, eventually_sync
 
@@ -70,18 +72,27 @@ class EngineReplica:
 
 
 class Misbehaving:
-    """``python -m tests.fleet.misbehaving MODE PORT``."""
+    """``python -m tests.fleet.misbehaving MODE PORT [CERT KEY]``; with ``tls``, over HTTPS
+    with a certificate of its own (``cert``: trust it by that file)."""
 
-    def __init__(self, tmp: Path, mode: str) -> None:
+    def __init__(self, tmp: Path, mode: str, *, tls: bool = False) -> None:
         self.mode = mode
         self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.url = f"{self.base}/v1"
         self.log = tmp / f"misbehaving-{mode}-{self.port}.log"
+        self.cert = tmp / f"misbehaving-{self.port}.pem"
+        self._verify: ssl.SSLContext | bool = True
+        args = [mode, str(self.port)]
+        if tls:
+            key = tmp / f"misbehaving-{self.port}.key"
+            self_signed(self.cert, key)
+            self._verify = ssl.create_default_context(cafile=self.cert)
+            args += [str(self.cert), str(key)]
         self._out = self.log.open("wb")
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fleet.misbehaving", mode, str(self.port)],
+            [sys.executable, "-m", "tests.fleet.misbehaving", *args],
             env={**os.environ, "PYTHONPATH": path},
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -95,30 +106,33 @@ class Misbehaving:
         if self.proc.poll() is not None:
             raise AssertionError(f"the {self.mode} server exited:\n{self.log.read_text()}")
         try:
-            return httpx.get(f"{self.base}/v1/models", timeout=2).status_code == 200
+            return self._get("/v1/models", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
 
     def requests(self) -> int:
-        return int(httpx.get(f"{self.base}/count", timeout=5).json()["requests"])
+        return int(self._get("/count").json()["requests"])
 
     def client_ports(self) -> list[int]:
         """The client port of each chat request: a new port is a new connection."""
-        return [int(p) for p in httpx.get(f"{self.base}/count", timeout=5).json()["client_ports"]]
+        return [int(p) for p in self._get("/count").json()["client_ports"]]
 
     def last_body(self) -> dict[str, Any]:
         """The JSON body of the last chat request it received."""
-        body: dict[str, Any] = httpx.get(f"{self.base}/count", timeout=5).json()["body"]
+        body: dict[str, Any] = self._get("/count").json()["body"]
         return body
 
     def authorization(self) -> str | None:
-        said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["authorization"]
+        said: str | None = self._get("/count").json()["authorization"]
         return said
 
     def traceparent(self) -> str | None:
         """The ``traceparent`` header of the last chat request."""
-        said: str | None = httpx.get(f"{self.base}/count", timeout=5).json()["traceparent"]
+        said: str | None = self._get("/count").json()["traceparent"]
         return said
+
+    def _get(self, path: str, timeout: float = 5) -> httpx.Response:
+        return httpx.get(f"{self.base}{path}", timeout=timeout, verify=self._verify)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

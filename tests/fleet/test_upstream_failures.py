@@ -196,3 +196,26 @@ async def test_an_upstream_no_proxy_names_is_reached_directly(
     run, message, _ = await _one_run(fleet, server.url, max_attempts=1)
     assert run["status"] == "completed", run
     assert message["content"] == "Quirky but fine."
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_an_https_upstream_is_trusted_only_by_the_roots_ssl_cert_file_names(
+    fleet: Fleet,
+    misbehaving: Callable[..., Misbehaving],
+    monkeypatch: pytest.MonkeyPatch,
+    trusted: bool,
+) -> None:
+    """An upstream's certificate is verified: one signed by nobody the client trusts fails
+    the run, naming it; trusted by the file ``SSL_CERT_FILE`` names (as httpx's own client
+    trusts), the same server answers."""
+    server = misbehaving("quirky", tls=True)
+    if trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", str(server.cert))
+    run, message, _ = await _one_run(fleet, server.url, max_attempts=1)
+    if trusted:
+        assert run["status"] == "completed", run
+        assert message["content"] == "Quirky but fine."
+    else:
+        assert run["status"] == "failed", run
+        assert run["error"]["code"] == "engine_unavailable"
+        assert "certificate verify failed" in run["error"]["message"]
