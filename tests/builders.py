@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import io
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import uvicorn
 from sqlalchemy import make_url, text
@@ -32,6 +34,8 @@ from parley.store.database import Database
 from parley.store.migrate import upgrade
 from parley.tiers import default_tiers
 from tests.waiting import eventually
+
+T = TypeVar("T")
 
 # The default tiers with admission's limits lifted (one concurrent run per free user, free
 # runs shed at 90% load): most tests send several runs at once as one user on a small fake
@@ -186,4 +190,20 @@ async def served(app: ASGIApp) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     finally:
         server.should_exit = True
-        await task
+        await within(task, 90, "uvicorn's shutdown")
+
+
+async def within(awaitable: Awaitable[T], seconds: float, what: str) -> T:
+    """``awaitable``'s result; if it is not done within ``seconds``, a failure that names
+    what each of the loop's tasks is waiting in (a teardown that hangs says where, where
+    pytest-timeout shows only the loop idle in its selector)."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    stacks = io.StringIO()
+    for other in asyncio.all_tasks():
+        if other is not asyncio.current_task():
+            other.print_stack(limit=15, file=stacks)
+    task.cancel()
+    raise AssertionError(f"{what}: not done in {seconds:g} s; the tasks:\n{stacks.getvalue()}")

@@ -47,6 +47,7 @@ from tests.builders import (
     served,
     services_for,
     truncate,
+    within,
 )
 from tests.seaweed import S3Server, seaweed
 
@@ -193,7 +194,7 @@ async def run_services(stack: tuple[str, str], run_settings: Settings) -> AsyncI
     svc = services_for(run_settings, bus=bus, worker=True)
     await svc.start()
     yield svc
-    await svc.close(grace=1)
+    await within(svc.close(grace=1), 90, "closing the services")
 
 
 @pytest.fixture
