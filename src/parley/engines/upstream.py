@@ -81,7 +81,6 @@ class UpstreamEngine:
                 write=settings.connect_timeout_seconds,
                 pool=None,
             ),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             transport=transport if transport is not None else AiohttpTransport(),
         )
         self._requests: dict[str, Request] = {}

@@ -65,7 +65,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
         return httpx.Response(
             answer.status,
-            headers=[(k, v) for k, v in answer.raw_headers],
+            headers=list(answer.raw_headers),
             stream=_Body(answer, request),
             request=request,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": _reason(answer)},
@@ -90,7 +90,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._loop = loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=0,  # unbounded, as the engine's httpx limits
+                    limit=0,  # unbounded: the router's slots bound what is in flight
                     keepalive_timeout=_KEEPALIVE_SECONDS,
                     ssl=httpx.create_ssl_context(),  # certifi's roots, SSL_CERT_FILE: as httpx
                 ),
